@@ -1,0 +1,25 @@
+"""Locate and load the sourced yaml facts under the repository's ``data/`` folder."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+@functools.cache
+def load_yaml(name: str) -> dict:
+    """Parse ``data/<name>`` once per process (yaml is imported here, not at ``import lib``)."""
+    import yaml
+
+    path = DATA_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: lib reads its facts from the repo's data/ folder")
+    with path.open(encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def unknown_name(kind: str, name: str, valid: list[str]) -> ValueError:
+    """The ValueError every registry lookup raises: what was asked and what exists."""
+    return ValueError(f"unknown {kind} {name!r}; valid names: {', '.join(valid)}")

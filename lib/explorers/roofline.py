@@ -1,0 +1,125 @@
+"""Explorers for the roofline section."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lib import roofline as rf
+from lib.dtypes import BYTES_PER_ELEMENT
+from lib import hardware, models
+from lib.units import MS, US, fmt_bytes, fmt_pct, fmt_time, sig
+from lib.widgets import Choice, FloatRange, IntRange, View, explorer
+
+WEIGHT_DTYPES = ("bf16", "fp8", "int4")
+COMPUTE_DTYPES = ("bf16", "fp8")
+
+
+def _figure(width: float = 6.0, height: float = 3.2):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=72)
+    return fig, fig.add_subplot()
+
+
+@explorer(
+    "roofline.decode_floor",
+    model=Choice(tuple(models.model_names())),
+    gpu=Choice(tuple(hardware.gpu_names())),
+    tp=IntRange(1, 64, log=True, label="tensor parallel"),
+    weight_dtype=Choice(WEIGHT_DTYPES, label="weights"),
+    kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
+    batch=IntRange(1, 1024, log=True),
+    context=IntRange(0, 131072, label="context tokens"),
+    bandwidth_efficiency=FloatRange(0.3, 1.0, 0.05, label="achieved HBM fraction"),
+    allreduce_latency_us=FloatRange(0.0, 100.0, 1.0, label="all-reduce latency (µs)"),
+    kernels_per_layer=IntRange(0, 40, label="kernels per layer"),
+    launch_overhead_us=FloatRange(0.0, 20.0, 0.5, label="launch overhead (µs)"),
+)
+def decode_floor(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, batch: int,
+                 context: int, bandwidth_efficiency: float, allreduce_latency_us: float,
+                 kernels_per_layer: int, launch_overhead_us: float) -> View:
+    """I001: the weight-read floor of one decode step and what stacks on top of it."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    fits, per_gpu = rf.fits_in_memory(m, g, tp, weight_dtype, batch * context * m.kv_bytes_per_token(kv_dtype))
+    if not fits:
+        raise ValueError(f"{m.key} in {weight_dtype} with this KV cache needs {fmt_bytes(per_gpu)} per GPU; "
+                         f"{g.key} has {fmt_bytes(g.memory_bytes)}: raise tp, shrink batch/context or quantize")
+    parts = rf.decode_step_breakdown(m, g, tp, batch, context, weight_dtype, kv_dtype, bandwidth_efficiency,
+                                     allreduce_latency_us * US, kernels_per_layer, launch_overhead_us * US)
+    total = sum(parts.values())
+    fig, ax = _figure(6.0, 2.6)
+    left = 0.0
+    for label, seconds in parts.items():
+        ax.barh([0], [seconds / MS], left=left, label=label)
+        left += seconds / MS
+    ax.set_yticks([])
+    ax.set_xlabel("ms per decode step")
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    fig.subplots_adjust(bottom=0.45)
+    rows = [(k.replace("_", " "), fmt_time(v)) for k, v in parts.items()]
+    rows += [("step total", fmt_time(total)), ("floor / total", fmt_pct(parts["weights"] / total)),
+             ("tokens/s per sequence", sig(1 / total))]
+    return View(f"{m.key} on {tp}x {g.key}, batch {batch}, context {context}", rows, fig,
+                values={**parts, "total": total})
+
+
+@explorer(
+    "roofline.ridge_point",
+    gpu=Choice(tuple(hardware.gpu_names())),
+    dtype=Choice(("bf16", "fp16", "fp8", "tf32", "fp32")),
+    m=IntRange(1, 65536, log=True, label="GEMM M (tokens)"),
+    n=IntRange(1, 65536, log=True, label="GEMM N"),
+    k=IntRange(1, 65536, log=True, label="GEMM K"),
+)
+def ridge_point(gpu: str, dtype: str, m: int, n: int, k: int) -> View:
+    """N001: a chip's ridge point and where a GEMM of a given shape lands against it."""
+    g = hardware.gpu(gpu)
+    storage = dtype if dtype in BYTES_PER_ELEMENT else "bf16"
+    flops, nbytes = rf.gemm_flops_bytes(m, n, k, storage)
+    t = rf.roofline_time(flops, nbytes, g, dtype)
+    ridge = g.ridge_point(dtype)
+    fig = rf.plot_roofline(g, dtype, {f"GEMM {m}x{n}x{k}": t.intensity, "elementwise add": 1 / 6})
+    rows = [("ridge point", f"{sig(ridge)} FLOP/byte"), ("GEMM intensity", f"{sig(t.intensity)} FLOP/byte"),
+            ("bound", t.bound), ("time bound", fmt_time(t.time_s)),
+            ("attainable", f"{fmt_pct(rf.attainable_flops(t.intensity, g, dtype) / g.peak_flops(dtype))} of peak")]
+    return View(f"{g.key} {dtype}", rows, fig, values={"ridge": ridge, "intensity": t.intensity})
+
+
+@explorer(
+    "roofline.prefill_crossover",
+    model=Choice(tuple(models.model_names())),
+    gpu=Choice(tuple(hardware.gpu_names())),
+    tp=IntRange(1, 64, log=True, label="tensor parallel"),
+    dtype=Choice(COMPUTE_DTYPES, label="weights and matmuls"),
+    prompt_len=IntRange(1, 131072, label="prompt tokens"),
+    mfu=FloatRange(0.1, 1.0, 0.05, label="achieved fraction of peak FLOPs"),
+)
+def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, prompt_len: int, mfu: float) -> View:
+    """I003: where prefill turns compute-bound, and the TTFT of a prompt."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    fits, per_gpu = rf.fits_in_memory(m, g, tp, dtype, prompt_len * m.kv_bytes_per_token(dtype))
+    if not fits:
+        raise ValueError(f"{m.key} in {dtype} needs {fmt_bytes(per_gpu)} per GPU; {g.key} has "
+                         f"{fmt_bytes(g.memory_bytes)}: raise tp or quantize")
+    crossover = rf.prefill_crossover_tokens(m, g, dtype, dtype)
+    lengths = np.unique(np.geomspace(1, max(4 * crossover, 2 * prompt_len), 60).astype(int))
+    compute = [rf.prefill(m, g, int(p), tp, 1, dtype, dtype).compute_s / mfu / MS for p in lengths]
+    memory = [rf.prefill(m, g, int(p), tp, 1, dtype, dtype).memory_s / MS for p in lengths]
+    fig, ax = _figure()
+    ax.loglog(lengths, compute, label="matmul time (at this MFU)")
+    ax.loglog(lengths, memory, label="weight + KV read time")
+    ax.axvline(crossover, color="grey", ls="--", lw=1)
+    ax.axvline(prompt_len, color="red", lw=1, label=f"prompt {prompt_len}")
+    ax.minorticks_off()
+    ax.set_xlabel("prompt tokens in one forward pass")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=7)
+    step = rf.prefill(m, g, prompt_len, tp, 1, dtype, dtype)
+    ttft = max(step.compute_s / mfu, step.memory_s)
+    rows = [("crossover (peak FLOPs)", f"{sig(crossover)} tokens"),
+            ("crossover at this MFU", f"{sig(crossover * mfu)} tokens"),
+            ("prefill bound", "compute" if step.compute_s / mfu >= step.memory_s else "memory"),
+            ("TTFT floor (prefill only)", fmt_time(ttft))]
+    return View(f"{m.key} on {tp}x {g.key} ({dtype})", rows, fig,
+                values={"crossover": crossover, "ttft": ttft})
+

@@ -1,0 +1,113 @@
+"""Accelerators as immutable typed records in SI units, loaded from ``data/hardware.yaml``.
+
+``gpu("h100-sxm").peak_flops("bf16")`` is the DENSE tensor-core peak in FLOP/s (datasheet
+sparse figures halved); ``memory_bandwidth`` is bytes/s; ``scaleup_bandwidth`` is the NVLink
+(or Infinity Fabric per-peer) bandwidth per direction in bytes/s.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from lib._data import load_yaml, unknown_name
+from lib.units import GB, MB, TB, TFLOPS
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator. All quantities SI: FLOP/s, bytes, bytes/s, watts."""
+
+    key: str
+    name: str
+    vendor: str
+    arch: str
+    peak_flops_by_dtype: Mapping[str, float]
+    memory_bytes: float
+    memory_bandwidth: float
+    scaleup_bandwidth: float | None
+    scaleout_bandwidth: float | None
+    l2_bytes: float
+    compute_units: int
+    tdp_w: float
+    sources: Mapping[str, str]
+
+    def peak_flops(self, dtype: str = "bf16") -> float:
+        """Dense peak in FLOP/s for matmuls in ``dtype`` (raises if the chip has no such unit)."""
+        try:
+            return self.peak_flops_by_dtype[dtype]
+        except KeyError:
+            raise ValueError(
+                f"{self.name} has no {dtype!r} tensor-core peak; available: "
+                f"{', '.join(self.peak_flops_by_dtype)}"
+            ) from None
+
+    def ridge_point(self, dtype: str = "bf16") -> float:
+        """Critical arithmetic intensity in FLOP/byte: peak FLOP/s / memory bytes/s."""
+        return self.peak_flops(dtype) / self.memory_bandwidth
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The dtypes this chip has a tensor-core (or vector, for fp32) peak for."""
+        return tuple(self.peak_flops_by_dtype)
+
+
+def _value(entry: dict | None, scale: float) -> float | None:
+    if entry is None or entry.get("value") is None:
+        return None
+    return float(entry["value"]) * scale
+
+
+def _source(entry: dict, sources: dict) -> str:
+    ids = entry.get("src", [])
+    text = "; ".join(sources.get(i, i) for i in ids) or "no source listed"
+    return f"{text} [{entry.get('check', 'unverified')}]"
+
+
+def _build(key: str, raw: dict, sources: dict) -> GPU:
+    peaks = {dt: float(e["value"]) * TFLOPS for dt, e in raw["peak_dense_tflops"].items()}
+    nic = raw.get("scaleout_nic_gbit")
+    fields = {
+        "memory_bytes": raw["memory_gb"],
+        "memory_bandwidth": raw["memory_bandwidth_tbps"],
+        **{f"peak_{dt}": e for dt, e in raw["peak_dense_tflops"].items()},
+    }
+    units = raw.get("sm_count") or raw.get("cu_count")
+    return GPU(
+        key=key,
+        name=raw["name"],
+        vendor=raw["vendor"],
+        arch=raw["arch"],
+        peak_flops_by_dtype=MappingProxyType(peaks),
+        memory_bytes=_value(raw["memory_gb"], GB),
+        memory_bandwidth=_value(raw["memory_bandwidth_tbps"], TB),
+        scaleup_bandwidth=_value(raw.get("scaleup_unidirectional_gbps"), GB),
+        scaleout_bandwidth=_value(nic, GB / 8),
+        l2_bytes=_value(raw["l2_mb"], MB),
+        compute_units=int(units["value"]),
+        tdp_w=_value(raw["tdp_w"], 1.0),
+        sources=MappingProxyType({k: _source(v, sources) for k, v in fields.items()}),
+    )
+
+
+@functools.cache
+def _registry() -> Mapping[str, GPU]:
+    doc = load_yaml("hardware.yaml")
+    return MappingProxyType({k: _build(k, v, doc["sources"]) for k, v in doc["gpus"].items()})
+
+
+def gpu_names() -> list[str]:
+    """Keys accepted by :func:`gpu`, in the order of ``data/hardware.yaml``."""
+    return list(_registry())
+
+
+def gpu(name: str | GPU) -> GPU:
+    """Look up an accelerator by key (``"h100-sxm"``); a GPU passes through unchanged."""
+    if isinstance(name, GPU):
+        return name
+    try:
+        return _registry()[name]
+    except KeyError:
+        raise unknown_name("GPU", name, gpu_names()) from None

@@ -1,0 +1,259 @@
+"""Roofline arithmetic: intensity, ridge point, time bounds, decode and prefill floors.
+
+A kernel that does F FLOPs and moves B bytes on a chip with peak P FLOP/s and memory
+bandwidth W bytes/s takes at least max(F / P, B / W) seconds. Its arithmetic intensity is
+I = F / B FLOP/byte; the ridge point P / W is the intensity above which compute binds.
+All functions are per GPU, SI units; tensor parallelism of degree ``tp`` splits weights,
+FLOPs and (up to the KV-head count) the KV cache evenly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lib.comms import ring_allreduce_time_s
+from lib.dtypes import bytes_per_element
+from lib.hardware import GPU, gpu
+from lib.models import Model, model
+from lib.moe import expected_experts_touched
+
+
+@dataclass(frozen=True)
+class RooflineTime:
+    """Lower bound on a kernel's time: the larger of compute time and memory time."""
+
+    flops: float
+    bytes: float
+    compute_s: float
+    memory_s: float
+
+    @property
+    def time_s(self) -> float:
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def bound(self) -> str:
+        """'compute' or 'memory': the roof that binds."""
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte moved."""
+        return arithmetic_intensity(self.flops, self.bytes)
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def arithmetic_intensity(flops: float, bytes_moved: float) -> float:
+    """FLOP per byte: F / B."""
+    _positive("bytes_moved", bytes_moved)
+    if flops < 0:
+        raise ValueError(f"flops must be >= 0, got {flops}")
+    return flops / bytes_moved
+
+
+def ridge_point(chip: str | GPU, dtype: str = "bf16") -> float:
+    """Peak FLOP/s / memory bytes/s, in FLOP/byte (H100 SXM BF16 dense: 989e12 / 3.35e12 = 295)."""
+    return gpu(chip).ridge_point(dtype)
+
+
+def attainable_flops(intensity: float, chip: str | GPU, dtype: str = "bf16") -> float:
+    """The roofline itself: min(peak, intensity x bandwidth), FLOP/s."""
+    g = gpu(chip)
+    if intensity < 0:
+        raise ValueError(f"intensity must be >= 0 FLOP/byte, got {intensity}")
+    return min(g.peak_flops(dtype), intensity * g.memory_bandwidth)
+
+
+def roofline_time(flops: float, bytes_moved: float, chip: str | GPU, dtype: str = "bf16") -> RooflineTime:
+    """Time bound of one op on one GPU: compute = F / peak, memory = B / bandwidth."""
+    g = gpu(chip)
+    if flops < 0 or bytes_moved < 0:
+        raise ValueError(f"flops and bytes_moved must be >= 0, got {flops}, {bytes_moved}")
+    return RooflineTime(flops, bytes_moved, flops / g.peak_flops(dtype), bytes_moved / g.memory_bandwidth)
+
+
+def gemm_flops_bytes(m: int, n: int, k: int, dtype: str = "bf16") -> tuple[float, float]:
+    """FLOPs and minimum HBM bytes of C[m,n] = A[m,k] @ B[k,n]: 2mnk and b(mk + kn + mn)."""
+    for name, v in (("m", m), ("n", n), ("k", k)):
+        if v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+    b = bytes_per_element(dtype)
+    return 2.0 * m * n * k, b * (m * k + k * n + m * n)
+
+
+def gemm_crossover_m(n: int, k: int, chip: str | GPU, dtype: str = "bf16") -> float:
+    """Rows M at which an [M,K] x [K,N] GEMM reaches the ridge point R (FLOP/byte).
+
+    2MNK = R b (MK + KN + MN)  =>  M = R b K N / (2 N K - R b (K + N)).
+    Raises ValueError when no M gets there (the weight matrix is too small to amortize).
+    """
+    r = gpu(chip).ridge_point(dtype)
+    b = bytes_per_element(dtype)
+    if n < 1 or k < 1:
+        raise ValueError(f"n and k must be >= 1, got {n}, {k}")
+    denom = 2.0 * n * k - r * b * (k + n)
+    if denom <= 0:
+        raise ValueError(f"a {k}x{n} weight never reaches the ridge ({r:.0f} FLOP/byte) at any M")
+    return r * b * k * n / denom
+
+
+def _check_tp(m: Model, tp: int) -> None:
+    if not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+    if m.num_attention_heads % tp:
+        raise ValueError(f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}")
+
+
+def kv_shard_fraction(mdl: str | Model, tp: int) -> float:
+    """Fraction of the KV cache each TP rank holds: 1/tp while tp <= KV heads, else 1/KV heads.
+
+    Past the KV-head count the heads are replicated; MLA's single latent is replicated on
+    every rank (fraction 1).
+    """
+    m = model(mdl)
+    _check_tp(m, tp)
+    if m.is_mla:
+        return 1.0
+    return max(1.0 / tp, 1.0 / m.num_kv_heads)
+
+
+def weight_bytes_read_per_step(mdl: str | Model, batch: int, dtype: str = "bf16") -> float:
+    """Weight bytes one forward step reads for ``batch`` tokens (whole replica).
+
+    Dense: every weight. MoE: everything but the routed experts, plus the expected number
+    of distinct experts the batch touches per layer (uniform routing).
+    """
+    m = model(mdl)
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    b = bytes_per_element(dtype)
+    if not m.is_moe:
+        return m.params_total * b
+    per_expert = m._ffn_params(m.expert_intermediate_size)
+    touched = expected_experts_touched(m.num_experts, m.experts_per_token, batch)
+    routed_all = m.num_moe_layers * m.num_experts * per_expert
+    return (m.params_total - routed_all + m.num_moe_layers * touched * per_expert) * b
+
+
+def decode_step(mdl: str | Model, chip: str | GPU, tp: int = 1, batch: int = 1, context: int = 0,
+                weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+                compute_dtype: str = "bf16") -> RooflineTime:
+    """Roofline bound of one decode step on each of ``tp`` GPUs.
+
+    bytes = weights read / tp + batch x context x KV bytes/token x shard fraction;
+    FLOPs = batch x (2N + attention at ``context``) / tp.
+    """
+    m, g = model(mdl), gpu(chip)
+    _check_tp(m, tp)
+    if context < 0:
+        raise ValueError(f"context must be >= 0 tokens, got {context}")
+    weights = weight_bytes_read_per_step(m, batch, weight_dtype) / tp
+    kv = batch * context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp)
+    flops = batch * m.flops_per_token(context) / tp
+    return roofline_time(flops, weights + kv, g, compute_dtype)
+
+
+def prefill(mdl: str | Model, chip: str | GPU, prompt_len: int, tp: int = 1, batch: int = 1,
+            weight_dtype: str = "bf16", compute_dtype: str = "bf16") -> RooflineTime:
+    """Roofline bound of prefilling ``batch`` prompts of ``prompt_len`` tokens on each of ``tp`` GPUs.
+
+    FLOPs = batch x causal prefill FLOPs / tp; bytes = weights / tp + KV written.
+    """
+    m, g = model(mdl), gpu(chip)
+    _check_tp(m, tp)
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    flops = batch * m.prefill_flops(prompt_len) / tp
+    tokens = batch * prompt_len
+    weights = weight_bytes_read_per_step(m, tokens, weight_dtype) / tp
+    kv = tokens * m.kv_bytes_per_token(weight_dtype) * kv_shard_fraction(m, tp)
+    return roofline_time(flops, weights + kv, g, compute_dtype)
+
+
+def prefill_crossover_tokens(mdl: str | Model, chip: str | GPU, weight_dtype: str = "bf16",
+                             compute_dtype: str = "bf16") -> float:
+    """Tokens per forward pass at which weight-read time equals matmul time (attention ignored).
+
+    2 N_matmul T / P = N_total b / W  =>  T* = (P / W) x b x N_total / (2 N_matmul),
+    i.e. the ridge point times b/2: about the ridge itself for 2-byte weights.
+    """
+    m, g = model(mdl), gpu(chip)
+    return (g.ridge_point(compute_dtype) * bytes_per_element(weight_dtype) * m.params_total
+            / m.weight_flops_per_token())
+
+
+def fits_in_memory(mdl: str | Model, chip: str | GPU, tp: int = 1, weight_dtype: str = "bf16",
+                   kv_bytes_total: float = 0.0) -> tuple[bool, float]:
+    """(fits, bytes per GPU) for weights / tp + the given KV bytes x shard fraction."""
+    m, g = model(mdl), gpu(chip)
+    per_gpu = m.weight_bytes(weight_dtype) / tp + kv_bytes_total * kv_shard_fraction(m, tp)
+    return per_gpu <= g.memory_bytes, per_gpu
+
+
+def decode_step_breakdown(mdl: str | Model, chip: str | GPU, tp: int = 1, batch: int = 1,
+                          context: int = 0, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+                          bandwidth_efficiency: float = 1.0, allreduce_latency_s: float = 0.0,
+                          kernels_per_layer: int = 0, launch_overhead_s: float = 0.0,
+                          compute_dtype: str = "bf16") -> dict[str, float]:
+    """Where a decode step's time goes, in seconds per step, on one of ``tp`` GPUs.
+
+    weights: weight bytes / tp / peak bandwidth (the floor); kv_cache: KV bytes read / peak
+    bandwidth; bandwidth_shortfall: (weights + kv) x (1 / efficiency - 1); allreduce:
+    2 per layer x (latency + ring bytes / link bandwidth); launches: layers x kernels x launch
+    overhead; compute_excess: compute time beyond memory time, if any.
+    """
+    m, g = model(mdl), gpu(chip)
+    if not 0 < bandwidth_efficiency <= 1:
+        raise ValueError(f"bandwidth_efficiency must be in (0, 1], got {bandwidth_efficiency}")
+    if kernels_per_layer < 0 or launch_overhead_s < 0:
+        raise ValueError("kernels_per_layer and launch_overhead_s must be >= 0")
+    if tp > 1 and not g.scaleup_bandwidth:
+        raise ValueError(f"{g.name} has no NVLink-class link; pick tp=1 or another GPU")
+    step = decode_step(m, g, tp, batch, context, weight_dtype, kv_dtype, compute_dtype)
+    weights_s = weight_bytes_read_per_step(m, batch, weight_dtype) / tp / g.memory_bandwidth
+    kv_s = step.memory_s - weights_s
+    message = batch * m.hidden_size * bytes_per_element(compute_dtype)
+    allreduce_s = 2 * m.num_layers * ring_allreduce_time_s(message, tp, g.scaleup_bandwidth or 1.0,
+                                                             allreduce_latency_s)
+    return {
+        "weights": weights_s,
+        "kv_cache": kv_s,
+        "bandwidth_shortfall": step.memory_s * (1.0 / bandwidth_efficiency - 1.0),
+        "allreduce": allreduce_s,
+        "launches": m.num_layers * kernels_per_layer * launch_overhead_s,
+        "compute_excess": max(0.0, step.compute_s - step.memory_s / bandwidth_efficiency),
+    }
+
+
+def plot_roofline(chip: str | GPU, dtype: str = "bf16", points: dict[str, float] | None = None,
+                  ax=None):
+    """Log-log roofline of ``chip`` with labelled kernels at their intensities; returns the Figure."""
+    from matplotlib.figure import Figure
+    import numpy as np
+
+    g = gpu(chip)
+    if ax is None:
+        fig = Figure(figsize=(6.0, 3.4), dpi=72)
+        ax = fig.add_subplot()
+    else:
+        fig = ax.figure
+    ridge = g.ridge_point(dtype)
+    x = np.logspace(-1, np.log10(max(ridge * 20, 10)), 200)
+    y = np.minimum(g.peak_flops(dtype), x * g.memory_bandwidth) / 1e12
+    ax.loglog(x, y, color="black", lw=2, label=f"{g.key} {dtype}")
+    ax.axvline(ridge, color="grey", ls="--", lw=1)
+    ax.annotate(f"ridge {ridge:.0f}", (ridge, y.max() * 0.5), rotation=90, fontsize=8, ha="right")
+    for label, intensity in (points or {}).items():
+        perf = attainable_flops(intensity, g, dtype) / 1e12
+        ax.plot([intensity], [perf], "o")
+        ax.annotate(label, (intensity, perf), textcoords="offset points", xytext=(4, -10), fontsize=8)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("attainable TFLOP/s")
+    ax.minorticks_off()  # log-axis minor ticks cost most of the render time
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    return fig

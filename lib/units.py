@@ -1,0 +1,80 @@
+"""Unit constants and every piece of number formatting in the book.
+
+Inside lib everything is SI (bytes, seconds, FLOP, FLOP/s, watts). Convert only for display,
+here. Decimal and binary byte units are both available and always explicit:
+GB = 1e9 bytes, GiB = 2**30 bytes. Never mix them silently.
+"""
+
+from __future__ import annotations
+
+import math
+
+KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
+KiB, MiB, GiB, TiB = 2.0**10, 2.0**20, 2.0**30, 2.0**40
+US, MS = 1e-6, 1e-3
+TFLOPS, PFLOPS = 1e12, 1e15
+
+_BYTE_UNITS = {"B": 1.0, "KB": KB, "MB": MB, "GB": GB, "TB": TB,
+               "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": TiB}
+
+
+def _check_finite(x: float, what: str) -> float:
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError(f"{what} must be a finite number, got {x!r}")
+    return x
+
+
+def sig(x: float, digits: int = 3) -> str:
+    """Format ``x`` with ``digits`` significant digits and thousands separators (``1,234``, ``0.0512``)."""
+    x = _check_finite(x, "value")
+    if x == 0:
+        return "0"
+    rounded = float(f"{x:.{digits}g}")
+    decimals = max(digits - 1 - math.floor(math.log10(abs(rounded))), 0)
+    return f"{rounded:,.{decimals}f}"
+
+
+def fmt_bytes(n_bytes: float, unit: str = "GB", digits: int = 3) -> str:
+    """Bytes in an explicit unit: ``fmt_bytes(141e9) -> '141 GB'``; ``unit`` in B, KB..TB, KiB..TiB."""
+    if unit not in _BYTE_UNITS:
+        raise ValueError(f"unit must be one of {sorted(_BYTE_UNITS)}, got {unit!r}")
+    return f"{sig(n_bytes / _BYTE_UNITS[unit], digits)} {unit}"
+
+
+def fmt_time(seconds: float, unit: str | None = None, digits: int = 3) -> str:
+    """Seconds shown in s, ms or µs (picked from the magnitude unless ``unit`` is given)."""
+    seconds = _check_finite(seconds, "seconds")
+    scales = {"s": 1.0, "ms": MS, "us": US}
+    if unit is None:
+        unit = "s" if abs(seconds) >= 1 else "ms" if abs(seconds) >= 1e-3 else "us"
+    if unit not in scales:
+        raise ValueError(f"unit must be one of {sorted(scales)}, got {unit!r}")
+    label = "µs" if unit == "us" else unit
+    return f"{sig(seconds / scales[unit], digits)} {label}"
+
+
+def fmt_flops(flop_per_s: float, digits: int = 3) -> str:
+    """A FLOP/s rate in TFLOP/s (``989e12 -> '989 TFLOP/s'``)."""
+    return f"{sig(flop_per_s / TFLOPS, digits)} TFLOP/s"
+
+
+def fmt_bandwidth(bytes_per_s: float, digits: int = 3) -> str:
+    """A byte rate in TB/s at or above 1 TB/s, else GB/s (decimal units)."""
+    if abs(bytes_per_s) >= TB:
+        return f"{sig(bytes_per_s / TB, digits)} TB/s"
+    return f"{sig(bytes_per_s / GB, digits)} GB/s"
+
+
+def fmt_count(n: float, digits: int = 3) -> str:
+    """A large count with a suffix: ``70.6e9 -> '70.6B'``, ``1.3e6 -> '1.3M'``."""
+    n = _check_finite(n, "count")
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{sig(n / scale, digits)}{suffix}"
+    return sig(n, digits)
+
+
+def fmt_pct(fraction: float, digits: int = 3) -> str:
+    """A fraction as a percentage: ``0.613 -> '61.3%'``."""
+    return f"{sig(100 * fraction, digits)}%"

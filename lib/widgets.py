@@ -1,0 +1,219 @@
+"""Explorers: ipywidgets controls bound to one pure lib function that returns a :class:`View`.
+
+A view function lives in ``lib/explorers/<section>.py`` and registers itself with
+:func:`explorer`, declaring the domain of each input (:class:`Choice`, :class:`IntRange`,
+:class:`FloatRange`). Tests and the benchmark find every explorer through :func:`registry`.
+In a notebook, ``explore("roofline.decode_floor", model=MODEL, ...)`` shows the controls and
+the view; a ``ValueError`` from the function is shown as a plain message, never a traceback.
+ipywidgets and matplotlib are imported only when used.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import importlib
+import io
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# ---- input domains ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a fixed list of options (a dropdown)."""
+
+    options: tuple
+    label: str = ""
+
+    def valid(self, value) -> bool:
+        return value in self.options
+
+
+@dataclass(frozen=True)
+class IntRange:
+    """An integer in [low, high] (a slider; ``log=True`` steps through powers of two)."""
+
+    low: int
+    high: int
+    label: str = ""
+    log: bool = False
+
+    def valid(self, value) -> bool:
+        return isinstance(value, int) and self.low <= value <= self.high
+
+
+@dataclass(frozen=True)
+class FloatRange:
+    """A real number in [low, high] (a slider)."""
+
+    low: float
+    high: float
+    step: float = 0.01
+    label: str = ""
+
+    def valid(self, value) -> bool:
+        return isinstance(value, int | float) and self.low <= value <= self.high
+
+
+Domain = Choice | IntRange | FloatRange
+
+# ---- what a view function returns -----------------------------------------------------
+
+
+@dataclass
+class View:
+    """A small table (label, value) and an optional matplotlib Figure, with a one-line note."""
+
+    title: str
+    rows: list[tuple[str, str]]
+    figure: Any = None
+    note: str = ""
+    values: dict[str, float] = field(default_factory=dict)  # raw numbers, for tests
+
+    def png(self) -> bytes | None:
+        if self.figure is None:
+            return None
+        buf = io.BytesIO()
+        self.figure.savefig(buf, format="png")
+        return buf.getvalue()
+
+    def table_text(self) -> str:
+        width = max((len(k) for k, _ in self.rows), default=0)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in self.rows)
+
+    def __repr__(self) -> str:
+        return f"{self.title}\n{self.table_text()}" + (f"\n{self.note}" if self.note else "")
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{html.escape(k)}</td><td><b>{html.escape(v)}</b></td></tr>"
+                       for k, v in self.rows)
+        img = self.png()
+        pic = (f'<img alt="{html.escape(self.title)}" src="data:image/png;base64,'
+               f'{base64.b64encode(img).decode()}"/>' if img else "")
+        note = f"<p><i>{html.escape(self.note)}</i></p>" if self.note else ""
+        return (f'<div class="explorer-view"><b>{html.escape(self.title)}</b>'
+                f'<table class="explorer-table">{rows}</table>{note}{pic}</div>')
+
+
+@dataclass
+class ErrorView:
+    """What the reader sees when inputs are invalid: the ValueError's message, no traceback."""
+
+    message: str
+
+    def __repr__(self) -> str:
+        return f"Invalid input: {self.message}"
+
+    def _repr_html_(self) -> str:
+        return f'<div class="explorer-error" style="color:#b00">Invalid input: {html.escape(self.message)}</div>'
+
+
+# ---- registry --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Explorer:
+    name: str
+    func: Callable[..., View]
+    domains: dict[str, Domain]
+
+
+_REGISTRY: dict[str, Explorer] = {}
+
+
+def explorer(name: str, **domains: Domain) -> Callable:
+    """Decorator: register ``func`` as explorer ``name`` with the domain of each argument."""
+
+    def wrap(func: Callable[..., View]) -> Callable[..., View]:
+        if name in _REGISTRY and _REGISTRY[name].func.__qualname__ != func.__qualname__:
+            raise ValueError(f"explorer {name!r} is registered twice")
+        _REGISTRY[name] = Explorer(name, func, dict(domains))
+        func.explorer_name = name
+        return func
+
+    return wrap
+
+
+def registry() -> dict[str, Explorer]:
+    """Every registered explorer (imports each module of ``lib.explorers`` first)."""
+    import lib.explorers
+
+    for info in pkgutil.iter_modules(lib.explorers.__path__):
+        importlib.import_module(f"lib.explorers.{info.name}")
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Explorer:
+    """One explorer by name, with a clear error listing the valid names."""
+    reg = registry()
+    if name not in reg:
+        raise ValueError(f"unknown explorer {name!r}; valid names: {', '.join(sorted(reg))}")
+    return reg[name]
+
+
+def render(name: str, **kwargs) -> View | ErrorView:
+    """Call explorer ``name``; a ValueError becomes an :class:`ErrorView` with its message."""
+    exp = get(name)
+    unknown = set(kwargs) - set(exp.domains)
+    if unknown:
+        return ErrorView(f"unknown input(s) {sorted(unknown)}; allowed: {sorted(exp.domains)}")
+    try:
+        return exp.func(**kwargs)
+    except ValueError as err:
+        return ErrorView(str(err))
+
+
+# ---- the ipywidgets front end ------------------------------------------------------------
+
+
+def _widget(arg: str, domain: Domain, value):
+    import ipywidgets as w
+
+    label = domain.label or arg
+    style = {"description_width": "initial"}
+    layout = w.Layout(width="420px")
+    if isinstance(domain, Choice):
+        return w.Dropdown(options=list(domain.options), value=value, description=label,
+                          style=style, layout=layout)
+    if isinstance(domain, IntRange) and domain.log:
+        options, v = [], 1
+        while v <= domain.high:
+            if v >= domain.low:
+                options.append(v)
+            v *= 2
+        value = value if value in options else min(options, key=lambda o: abs(o - value))
+        return w.SelectionSlider(options=options, value=value, description=label, style=style,
+                                 layout=layout, continuous_update=False)
+    if isinstance(domain, IntRange):
+        return w.BoundedIntText(value=value, min=domain.low, max=domain.high, description=label,
+                                style=style, layout=layout)
+    return w.BoundedFloatText(value=value, min=domain.low, max=domain.high, step=domain.step,
+                              description=label, style=style, layout=layout)
+
+
+def explore(name: str, **initial):
+    """Controls for explorer ``name`` starting at ``initial`` (the notebook's parameters), and its view."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    exp = get(name)
+    missing = set(exp.domains) - set(initial)
+    if missing:
+        raise ValueError(f"explore({name!r}) needs initial values for {sorted(missing)}")
+    controls = {arg: _widget(arg, dom, initial[arg]) for arg, dom in exp.domains.items()}
+    out = w.Output()
+
+    def update(_change=None):
+        view = render(name, **{arg: c.value for arg, c in controls.items()})
+        with out:
+            out.clear_output(wait=True)
+            display(view)
+
+    for c in controls.values():
+        c.observe(update, names="value")
+    update()
+    return w.VBox([w.HTML(f"<b>Explore:</b> <code>{html.escape(name)}</code>"),
+                   w.VBox(list(controls.values())), out])

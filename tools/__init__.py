@@ -1,0 +1,1 @@
+"""Command-line tools behind ./book (execute, coverage, tests, study) and their shared helpers."""
