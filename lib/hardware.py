@@ -8,9 +8,9 @@ sparse figures halved); ``memory_bandwidth`` is bytes/s; ``scaleup_bandwidth`` i
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 from lib._data import load_yaml, unknown_name
 from lib.units import GB, MB, TB, TFLOPS

@@ -10,9 +10,9 @@ FLOPs are FLOP per token of forward pass, bytes are bytes.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from lib._data import load_yaml, unknown_name
 from lib.dtypes import bytes_per_element

@@ -232,8 +232,8 @@ def decode_step_breakdown(mdl: str | Model, chip: str | GPU, tp: int = 1, batch:
 def plot_roofline(chip: str | GPU, dtype: str = "bf16", points: dict[str, float] | None = None,
                   ax=None):
     """Log-log roofline of ``chip`` with labelled kernels at their intensities; returns the Figure."""
-    from matplotlib.figure import Figure
     import numpy as np
+    from matplotlib.figure import Figure
 
     g = gpu(chip)
     if ax is None:

@@ -15,8 +15,9 @@ import html
 import importlib
 import io
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 # ---- input domains ---------------------------------------------------------------------
 

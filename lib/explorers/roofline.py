@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from lib import hardware, models
 from lib import roofline as rf
 from lib.dtypes import BYTES_PER_ELEMENT
-from lib import hardware, models
 from lib.units import MS, US, fmt_bytes, fmt_pct, fmt_time, sig
 from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 

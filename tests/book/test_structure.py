@@ -1,0 +1,133 @@
+"""Every notebook follows the book's anatomy, and _toc.yml agrees with the files on disk."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tools.notebooks import (
+    DIFFICULTIES,
+    KINDS,
+    ROOT,
+    load_bank,
+    notebook_paths,
+    read_info,
+    section_folders,
+)
+
+SECTIONS = ["## The question", "## Try it first", "## Parameters", "## Worked answer", "## Explore",
+            "## Where it breaks", "## Interviewer's notes", "## Checks", "## Related"]
+GLUE_ROLE = re.compile(r"\{glue:text\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
+GLUE_CALL = re.compile(r"""\bglue\(\s*["']([A-Za-z0-9_]+)["']""")
+NOTEBOOKS = notebook_paths()
+IDS = [p.relative_to(ROOT).as_posix() for p in NOTEBOOKS]
+
+
+def _nb(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _src(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def _tags(cell: dict) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks under chapters/"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_metadata_matches_bank_slug_and_section(path):
+    info = read_info(path)
+    assert info.slug == path.stem, f"metadata slug {info.slug!r} != file name {path.stem!r}"
+    assert section_folders().get(info.section) == path.parent, f"section {info.section!r} != folder {path.parent.name}"
+    assert info.kind in KINDS and info.difficulty in DIFFICULTIES and info.minutes > 0
+    bank = load_bank()
+    if bank is None:
+        pytest.skip("question bank (../shared/question-bank.yaml) not beside the repo")
+    entry = {q["id"]: q for q in bank["questions"]}.get(info.id)
+    assert entry is not None, f"{info.id} is not in the question bank"
+    assert (entry["slug"], entry["section"]) == (info.slug, info.section), f"{info.id} slug/section differ from the bank"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_anatomy(path):
+    nb = _nb(path)
+    cells = nb["cells"]
+    md = "\n".join(_src(c) for c in cells if c["cell_type"] == "markdown")
+    positions = [md.find("\n" + s + "\n") if not md.startswith(s) else 0 for s in SECTIONS]
+    missing = [s for s, p in zip(SECTIONS, positions, strict=True) if p < 0]
+    assert not missing, f"missing sections: {missing}"
+    assert positions == sorted(positions), "sections are out of order"
+    assert _src(cells[0]).startswith("# "), "first cell must be the title"
+    code = [c for c in cells if c["cell_type"] == "code"]
+    params = [c for c in code if "parameters" in _tags(c)]
+    assert len(params) == 1, "exactly one code cell tagged 'parameters'"
+    assert any("self_check(" in _src(c) for c in code), "no self-check cell"
+    explorers = [c for c in code if "explore(" in _src(c)]
+    assert explorers, "no explorer cell"
+    assert all("nbval-ignore-output" in _tags(c) for c in explorers), "explorer cells need nbval-ignore-output"
+    checks = code[-1]
+    assert "remove-cell" in _tags(checks), "the last code cell is the checks cell, tagged remove-cell"
+    assert len(re.findall(r"^\s*assert\b", _src(checks), re.M)) >= 2, "checks cell must assert at least twice"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_glue_defined_and_cited(path):
+    cells = _nb(path)["cells"]
+    cited = set(GLUE_ROLE.findall("\n".join(_src(c) for c in cells if c["cell_type"] == "markdown")))
+    defined = set(GLUE_CALL.findall("\n".join(_src(c) for c in cells if c["cell_type"] == "code")))
+    assert cited, "prose cites no glued number"
+    assert not cited - defined, f"cited but never glued: {sorted(cited - defined)}"
+    assert not defined - cited, f"glued but never cited: {sorted(defined - cited)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_outputs_stored_without_errors(path):
+    nb = _nb(path)
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(c.get("execution_count") for c in code), "unexecuted code cells: run ./book execute"
+    for c in code:
+        for out in c.get("outputs", []):
+            assert out["output_type"] != "error", f"error output in cell: {_src(c)[:80]}"
+            assert "Traceback" not in "".join(out.get("text", "")), "traceback printed in a cell"
+    assert "widgets" in nb["metadata"], "widget state not stored: run ./book execute"
+    assert "all checks passed" in "".join("".join(o.get("text", "")) for o in code[-1].get("outputs", []))
+
+
+def _toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                files.append(node["file"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(toc)
+    return files
+
+
+def test_toc_and_files_agree():
+    listed = set(_toc_files())
+    on_disk = {p.relative_to(ROOT).with_suffix("").as_posix() for p in NOTEBOOKS}
+    on_disk |= {p.relative_to(ROOT).with_suffix("").as_posix() for p in (ROOT / "chapters").glob("*/index.md")}
+    assert not on_disk - listed, f"in chapters/ but not in _toc.yml: {sorted(on_disk - listed)}"
+    assert not {f for f in listed if f.startswith("chapters/")} - on_disk, "in _toc.yml but missing on disk"
+
+
+def test_each_notebook_id_is_unique():
+    ids = [read_info(p).id for p in NOTEBOOKS]
+    assert len(ids) == len(set(ids)), "two notebooks claim the same question id"
