@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Callable
+
+_GLUED: dict[str, str] = {}
 
 
 class GluedText:
@@ -20,8 +21,23 @@ class GluedText:
 
 
 def glue(name: str, value: Any, fmt: Callable[[Any], str] = str) -> Any:
-    """Store ``fmt(value)`` under ``name`` for ``{glue:text}`name``` in the prose; return ``value``."""
+    """Store ``fmt(value)`` under ``name`` for ``{glue:text}`name``` in the prose; return ``value``.
+
+    Do not end a cell with a bare ``glue(...)``: the returned value would be displayed (and nbval
+    ignores a trailing ``;``). End such cells with :func:`show`.
+    """
     from myst_nb import glue as myst_glue
 
-    myst_glue(name, GluedText(fmt(value)), display=False)
+    text = fmt(value)
+    _GLUED[name] = text
+    myst_glue(name, GluedText(text), display=False)
     return value
+
+
+def show(*names: str) -> None:
+    """Print ``name: text`` for glued values, so a live reader sees what the prose will cite."""
+    missing = [n for n in names if n not in _GLUED]
+    if missing:
+        raise ValueError(f"not glued yet: {missing}; glued so far: {sorted(_GLUED)}")
+    width = max(len(n) for n in names)
+    print("\n".join(f"{n:<{width}}  {_GLUED[n]}" for n in names))

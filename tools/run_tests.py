@@ -25,7 +25,7 @@ def steps() -> list[tuple[str, list[str]]]:
     return [
         ("lint", [PY, "-m", "ruff", "check", "lib", "tools", "tests", "chapters"]),
         ("lib tests", pytest + ["tests/unit"]),
-        ("nbval (strict)", pytest + ["--nbval", "chapters", "--sanitize-with", "tests/nbval_sanitize.cfg",
+        ("nbval (strict)", pytest + ["--nbval", "chapters", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
                                      "-n", "2", "--dist", "loadfile"]),
         ("book build", [str(ROOT / ".venv" / "bin" / "jupyter-book"), "build", ".", "-W", "-n",
                         "--keep-going", "--quiet"]),

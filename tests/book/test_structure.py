@@ -102,6 +102,18 @@ def test_outputs_stored_without_errors(path):
     assert "all checks passed" in "".join("".join(o.get("text", "")) for o in code[-1].get("outputs", []))
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_no_cell_ends_in_a_bare_glue_or_semicolon(path):
+    # nbval does not honour a trailing ";", so such a cell shows a raw value under nbval only.
+    for cell in _nb(path)["cells"]:
+        lines = [ln for ln in _src(cell).splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        if cell["cell_type"] != "code" or not lines:
+            continue
+        last = lines[-1].rstrip()
+        assert not last.endswith(";"), f"cell ends with ';': {last}"
+        assert not re.match(r"glue\(", last), f"cell ends with a bare glue(...): {last} (end with show(...))"
+
+
 def _toc_files() -> list[str]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
     files = []
