@@ -29,7 +29,7 @@ def steps() -> list[tuple[str, list[str]]]:
                                      "-n", "2", "--dist", "loadfile"]),
         ("book build", [str(ROOT / ".venv" / "bin" / "jupyter-book"), "build", ".", "-W", "-n",
                         "--keep-going", "--quiet"]),
-        ("book tests", pytest + ["tests/book"]),
+        ("book tests", pytest + ["tests/book", "-n", "2"]),
     ]
 
 

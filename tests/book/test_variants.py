@@ -1,0 +1,62 @@
+"""Every notebook also runs, checks included, with parameters other than its defaults (papermill).
+
+Each notebook's ``interview.variants`` metadata may list parameter sets to try; otherwise a model
+and a GPU different from the defaults are substituted when the parameters cell has them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from tools.notebooks import ROOT, notebook_paths
+
+ALT_MODELS = ("qwen2.5-72b", "llama-3.1-8b")
+ALT_GPUS = ("h200", "b200")
+
+
+def _parameters(nb: dict) -> dict:
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+    values = {}
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return values
+
+
+def _variant(nb: dict) -> dict:
+    declared = nb["metadata"].get("interview", {}).get("variants")
+    if declared:
+        return declared[0]
+    params, out = _parameters(nb), {}
+    if isinstance(params.get("MODEL"), str):
+        out["MODEL"] = next(m for m in ALT_MODELS if m != params["MODEL"])
+    if isinstance(params.get("GPU"), str):
+        out["GPU"] = next(g for g in ALT_GPUS if g != params["GPU"])
+    return out
+
+
+CASES = []
+for path in notebook_paths():
+    variant = _variant(json.loads(path.read_text(encoding="utf-8")))
+    if variant:
+        CASES.append(pytest.param(path, variant, id=f"{path.stem}-{'-'.join(map(str, variant.values()))}"))
+
+
+@pytest.mark.parametrize(("path", "variant"), CASES)
+def test_notebook_passes_its_checks_with_other_parameters(path, variant, tmp_path):
+    import papermill
+
+    out = tmp_path / path.name
+    papermill.execute_notebook(str(path), str(out), parameters=variant, kernel_name="python3",
+                               cwd=str(path.parent), progress_bar=False, log_output=False)
+    nb = json.loads(out.read_text(encoding="utf-8"))
+    checks = [c for c in nb["cells"] if c["cell_type"] == "code"][-1]
+    text = "".join("".join(o.get("text", "")) for o in checks.get("outputs", []))
+    assert "all checks passed" in text, f"{path.relative_to(ROOT)} with {variant}: checks did not pass"

@@ -1,0 +1,25 @@
+"""`import lib` stays light: no torch, matplotlib, triton or ipywidgets at import time.
+
+(The 150 ms budget itself is measured by the benchmark command, not by a timed test.)
+"""
+
+import subprocess
+import sys
+
+HEAVY = ("torch", "matplotlib", "triton", "ipywidgets")
+
+
+def _loaded_after(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return {name.split(".")[0] for name in out.split()}
+
+
+def test_import_lib_loads_nothing_heavy():
+    loaded = _loaded_after("import lib")
+    assert not loaded & set(HEAVY + ("numpy", "yaml")), loaded & set(HEAVY + ("numpy", "yaml"))
+
+
+def test_core_modules_defer_plotting_and_widgets():
+    loaded = _loaded_after("import lib.roofline, lib.models, lib.hardware, lib.widgets, lib.check, lib.units")
+    assert not loaded & set(HEAVY), loaded & set(HEAVY)
