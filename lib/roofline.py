@@ -190,6 +190,7 @@ def fits_in_memory(mdl: str | Model, chip: str | GPU, tp: int = 1, weight_dtype:
                    kv_bytes_total: float = 0.0) -> tuple[bool, float]:
     """(fits, bytes per GPU) for weights / tp + the given KV bytes x shard fraction."""
     m, g = model(mdl), gpu(chip)
+    _check_tp(m, tp)
     per_gpu = m.weight_bytes(weight_dtype) / tp + kv_bytes_total * kv_shard_fraction(m, tp)
     return per_gpu <= g.memory_bytes, per_gpu
 

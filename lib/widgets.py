@@ -32,6 +32,9 @@ class Choice:
     def valid(self, value) -> bool:
         return value in self.options
 
+    def describe(self) -> str:
+        return "one of " + ", ".join(map(str, self.options))
+
 
 @dataclass(frozen=True)
 class IntRange:
@@ -43,7 +46,10 @@ class IntRange:
     log: bool = False
 
     def valid(self, value) -> bool:
-        return isinstance(value, int) and self.low <= value <= self.high
+        return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
+
+    def describe(self) -> str:
+        return f"an integer from {self.low} to {self.high}"
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,10 @@ class FloatRange:
     label: str = ""
 
     def valid(self, value) -> bool:
-        return isinstance(value, int | float) and self.low <= value <= self.high
+        return isinstance(value, int | float) and not isinstance(value, bool) and self.low <= value <= self.high
+
+    def describe(self) -> str:
+        return f"a number from {self.low} to {self.high}"
 
 
 Domain = Choice | IntRange | FloatRange
@@ -161,6 +170,10 @@ def render(name: str, **kwargs) -> View | ErrorView:
     unknown = set(kwargs) - set(exp.domains)
     if unknown:
         return ErrorView(f"unknown input(s) {sorted(unknown)}; allowed: {sorted(exp.domains)}")
+    for arg, value in kwargs.items():
+        domain = exp.domains[arg]
+        if not domain.valid(value):
+            return ErrorView(f"{domain.label or arg} must be {domain.describe()}; got {value!r}")
     try:
         return exp.func(**kwargs)
     except ValueError as err:

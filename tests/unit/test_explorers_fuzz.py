@@ -1,0 +1,76 @@
+"""Every registered explorer, driven over random valid and invalid inputs: no exception escapes.
+
+A view function must return a View for valid inputs or raise ValueError with a message; through
+``lib.widgets.render`` the reader then sees that message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lib import widgets
+
+REGISTRY = widgets.registry()
+NAMES = sorted(REGISTRY)
+
+
+def _valid(domain):
+    if isinstance(domain, widgets.Choice):
+        return st.sampled_from(domain.options)
+    if isinstance(domain, widgets.IntRange):
+        if domain.log:
+            powers = [2**i for i in range(0, 40) if domain.low <= 2**i <= domain.high]
+            return st.sampled_from(powers or [domain.low])
+        return st.integers(domain.low, domain.high)
+    return st.floats(domain.low, domain.high, allow_nan=False)
+
+
+def _invalid(domain):
+    if isinstance(domain, widgets.Choice):
+        return st.sampled_from(["", "nonsense", None, 0])
+    bad = [0, -1, domain.low - 1, domain.high * 1000 + 1, 10**12]
+    if isinstance(domain, widgets.FloatRange):
+        bad += [math.inf, -math.inf, math.nan]
+    return st.sampled_from(bad)
+
+
+def _check(view):
+    assert isinstance(view, widgets.View | widgets.ErrorView), type(view)
+    if isinstance(view, widgets.ErrorView):
+        assert view.message and "Traceback" not in view.message
+    else:
+        assert view.rows and all(isinstance(k, str) and isinstance(v, str) for k, v in view.rows)
+        repr(view)
+
+
+def test_there_are_explorers():
+    assert NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=12, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(data=st.data())
+def test_valid_inputs_give_a_view_or_a_message(name, data):
+    exp = REGISTRY[name]
+    kwargs = {arg: data.draw(_valid(dom), label=arg) for arg, dom in exp.domains.items()}
+    view = widgets.render(name, **kwargs)
+    _check(view)
+    if isinstance(view, widgets.View) and view.figure is not None:
+        view.figure.clear()
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=12, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(data=st.data())
+def test_invalid_inputs_give_a_message(name, data):
+    exp = REGISTRY[name]
+    kwargs = {arg: data.draw(_valid(dom), label=arg) for arg, dom in exp.domains.items()}
+    bad_arg = data.draw(st.sampled_from(sorted(exp.domains)), label="bad argument")
+    kwargs[bad_arg] = data.draw(_invalid(exp.domains[bad_arg]), label="bad value")
+    if exp.domains[bad_arg].valid(kwargs[bad_arg]):
+        return  # the "invalid" draw happens to be inside the domain
+    _check(widgets.render(name, **kwargs))
