@@ -16,6 +16,15 @@ from nbclient import NotebookClient
 from tools.notebooks import ROOT, notebook_paths
 
 KERNEL = "python3"
+# Headings JupyterLab opens collapsed, so an interviewer can share the screen without the answer.
+COLLAPSED_HEADINGS = ("## Worked answer", "## Explore", "## Where it breaks", "## Interviewer's notes", "## Checks")
+
+
+def fold_answers(nb) -> None:
+    """Mark the answer headings collapsed for JupyterLab (cell metadata jp-MarkdownHeadingCollapsed)."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and cell.source.lstrip().startswith(COLLAPSED_HEADINGS):
+            cell.metadata["jp-MarkdownHeadingCollapsed"] = True
 
 
 def resolve(names: list[str]) -> list[Path]:
@@ -41,6 +50,7 @@ def execute(path: Path, timeout: int = 300) -> float:
     """Run every cell of ``path`` in a fresh kernel in its folder and write it back; seconds taken."""
     nb = nbformat.read(path, as_version=4)
     nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3 (ipykernel)", "language": "python"}
+    fold_answers(nb)
     start = time.perf_counter()
     client = NotebookClient(nb, timeout=timeout, kernel_name=KERNEL, store_widget_state=True,
                             record_timing=False, resources={"metadata": {"path": str(path.parent)}})

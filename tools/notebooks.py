@@ -57,3 +57,24 @@ def load_bank() -> dict | None:
     import yaml
 
     return yaml.safe_load(BANK.read_text(encoding="utf-8"))
+
+
+def toc_files() -> list[str]:
+    """Every ``file:`` entry of _toc.yml, in reading order (paths without suffix)."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files: list[str] = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            if "file" in node:
+                files.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(toc)
+    return files

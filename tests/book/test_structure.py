@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tools.notebooks import (
     DIFFICULTIES,
@@ -17,6 +16,7 @@ from tools.notebooks import (
     notebook_paths,
     read_info,
     section_folders,
+    toc_files,
 )
 
 SECTIONS = ["## The question", "## Try it first", "## Parameters", "## Worked answer", "## Explore",
@@ -74,6 +74,11 @@ def test_anatomy(path):
     explorers = [c for c in code if "explore(" in _src(c)]
     assert explorers, "no explorer cell"
     assert all("nbval-ignore-output" in _tags(c) for c in explorers), "explorer cells need nbval-ignore-output"
+    for cell in cells:
+        if cell["cell_type"] == "markdown" and _src(cell).lstrip().startswith(
+                ("## Worked answer", "## Where it breaks", "## Interviewer's notes", "## Checks")):
+            assert cell["metadata"].get("jp-MarkdownHeadingCollapsed"), \
+                f"{_src(cell).splitlines()[0]!r} must open collapsed in JupyterLab (run ./book execute)"
     checks = code[-1]
     assert "remove-cell" in _tags(checks), "the last code cell is the checks cell, tagged remove-cell"
     assert len(re.findall(r"^\s*assert\b", _src(checks), re.M)) >= 2, "checks cell must assert at least twice"
@@ -114,26 +119,8 @@ def test_no_cell_ends_in_a_bare_glue_or_semicolon(path):
         assert not re.match(r"glue\(", last), f"cell ends with a bare glue(...): {last} (end with show(...))"
 
 
-def _toc_files() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    files = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                files.append(node["file"])
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(toc)
-    return files
-
-
 def test_toc_and_files_agree():
-    listed = set(_toc_files())
+    listed = set(toc_files())
     on_disk = {p.relative_to(ROOT).with_suffix("").as_posix() for p in NOTEBOOKS}
     on_disk |= {p.relative_to(ROOT).with_suffix("").as_posix() for p in (ROOT / "chapters").glob("*/index.md")}
     assert not on_disk - listed, f"in chapters/ but not in _toc.yml: {sorted(on_disk - listed)}"
@@ -143,3 +130,9 @@ def test_toc_and_files_agree():
 def test_each_notebook_id_is_unique():
     ids = [read_info(p).id for p in NOTEBOOKS]
     assert len(ids) == len(set(ids)), "two notebooks claim the same question id"
+
+
+def test_interviewer_indexes_are_current():
+    from tools.indexes import main
+
+    assert main(["--check"]) == 0, "interviewer-index.md / coding-index.md are stale: run python -m tools.indexes"
