@@ -23,7 +23,7 @@ PY = sys.executable
 def steps() -> list[tuple[str, list[str]]]:
     pytest = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     return [
-        ("lint", [PY, "-m", "ruff", "check", "lib", "tools", "tests", "chapters"]),
+        ("lint", [PY, "-m", "ruff", "check", "lib", "tools", "tests", "chapters", "_ext"]),
         ("lib tests", pytest + ["tests/unit"]),
         ("nbval (strict)", pytest + ["--nbval", "chapters", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
                                      "-n", "2", "--dist", "loadfile"]),
