@@ -35,6 +35,10 @@ class Choice:
     def describe(self) -> str:
         return "one of " + ", ".join(map(str, self.options))
 
+    def sample(self, rng) -> object:
+        """A random valid value (``rng`` is a ``random.Random``)."""
+        return rng.choice(self.options)
+
 
 @dataclass(frozen=True)
 class IntRange:
@@ -51,6 +55,14 @@ class IntRange:
     def describe(self) -> str:
         return f"an integer from {self.low} to {self.high}"
 
+    def powers_of_two(self) -> list[int]:
+        """The values a log slider offers: powers of two inside [low, high] (or low itself)."""
+        return [2**i for i in range(64) if self.low <= 2**i <= self.high] or [self.low]
+
+    def sample(self, rng) -> int:
+        """A random valid value (``rng`` is a ``random.Random``)."""
+        return rng.choice(self.powers_of_two()) if self.log else rng.randint(self.low, self.high)
+
 
 @dataclass(frozen=True)
 class FloatRange:
@@ -66,6 +78,10 @@ class FloatRange:
 
     def describe(self) -> str:
         return f"a number from {self.low} to {self.high}"
+
+    def sample(self, rng) -> float:
+        """A random valid value (``rng`` is a ``random.Random``)."""
+        return rng.uniform(self.low, self.high)
 
 
 Domain = Choice | IntRange | FloatRange
@@ -193,11 +209,7 @@ def _widget(arg: str, domain: Domain, value):
         return w.Dropdown(options=list(domain.options), value=value, description=label,
                           style=style, layout=layout)
     if isinstance(domain, IntRange) and domain.log:
-        options, v = [], 1
-        while v <= domain.high:
-            if v >= domain.low:
-                options.append(v)
-            v *= 2
+        options = domain.powers_of_two()
         value = value if value in options else min(options, key=lambda o: abs(o - value))
         return w.SelectionSlider(options=options, value=value, description=label, style=style,
                                  layout=layout, continuous_update=False)

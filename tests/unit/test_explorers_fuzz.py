@@ -23,8 +23,7 @@ def _valid(domain):
         return st.sampled_from(domain.options)
     if isinstance(domain, widgets.IntRange):
         if domain.log:
-            powers = [2**i for i in range(0, 40) if domain.low <= 2**i <= domain.high]
-            return st.sampled_from(powers or [domain.low])
+            return st.sampled_from(domain.powers_of_two())
         return st.integers(domain.low, domain.high)
     return st.floats(domain.low, domain.high, allow_nan=False)
 

@@ -1,0 +1,142 @@
+"""Benchmark the book against the performance budgets of the design notes; exit 1 when over.
+
+    ./book bench [--samples N] [--skip-notebooks] [--skip-build]
+
+Measures: `import lib` (fresh interpreter, best of 5); every registered explorer's update latency
+over seeded random valid inputs (p50 and p95, lib compute and figure rendering separately);
+every notebook's execution time and the total, projected to the 218 questions of the bank; and the
+book build time from stored outputs. Not a test: timings depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+from tools.notebooks import ROOT, notebook_paths
+
+BUDGET_IMPORT_S = 0.150
+BUDGET_EXPLORER_S = 0.100
+BUDGET_NOTEBOOK_S = 10.0  # "a few seconds" each
+BUDGET_ALL_NOTEBOOKS_S = 600.0  # 218 notebooks within 10 minutes on 2 cores
+QUESTIONS_IN_BANK = 218
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def bench_import() -> float:
+    best = float("inf")
+    for _ in range(5):
+        out = subprocess.run([sys.executable, "-c", "import time; t = time.perf_counter(); import lib; "
+                              "print(time.perf_counter() - t)"], capture_output=True, text=True, check=True)
+        best = min(best, float(out.stdout))
+    return best
+
+
+def bench_explorers(samples: int, seed: int = 0) -> list[tuple[str, float, float, float, float]]:
+    """Per explorer: median compute, median render, p50 and p95 of their sum, over ``samples``
+    random inputs that give a view (invalid combinations, answered by a message, are skipped)."""
+    from lib import widgets
+
+    rng = random.Random(seed)
+    rows = []
+    for name, exp in sorted(widgets.registry().items()):
+        compute, render = [], []
+        for _ in range(samples * 50):
+            if len(compute) == samples:
+                break
+            kwargs = {arg: dom.sample(rng) for arg, dom in exp.domains.items()}
+            t0 = time.perf_counter()
+            view = widgets.render(name, **kwargs)
+            t1 = time.perf_counter()
+            if not isinstance(view, widgets.View):
+                continue
+            view._repr_html_()
+            t2 = time.perf_counter()
+            compute.append(t1 - t0)
+            render.append(t2 - t1)
+        if not compute:
+            raise SystemExit(f"explorer {name}: no random input gave a view; check its domains")
+        total = [c + r for c, r in zip(compute, render, strict=True)]
+        rows.append((name, statistics.median(compute), statistics.median(render), _pct(total, 0.5), _pct(total, 0.95)))
+    return rows
+
+
+def bench_notebooks() -> list[tuple[str, float]]:
+    import shutil
+
+    from tools.execute import execute
+
+    rows = []
+    for path in notebook_paths():
+        copy = path.parent / f".bench-{path.name}"  # executed in its own folder, like the original
+        shutil.copy(path, copy)
+        try:
+            rows.append((path.relative_to(ROOT).as_posix(), execute(copy)))
+        finally:
+            copy.unlink(missing_ok=True)
+    return rows
+
+
+def bench_build() -> float:
+    t = time.perf_counter()
+    subprocess.run([str(ROOT / ".venv" / "bin" / "jupyter-book"), "build", str(ROOT), "--quiet"], check=True,
+                   capture_output=True)
+    return time.perf_counter() - t
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="./book bench")
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--skip-notebooks", action="store_true")
+    ap.add_argument("--skip-build", action="store_true")
+    args = ap.parse_args(argv)
+    over = []
+    print(f"machine: {platform.node()} {platform.machine()}, {__import__('os').cpu_count()} cores, "
+          f"Python {platform.python_version()}")
+
+    t_import = bench_import()
+    print(f"\nimport lib: {t_import * 1e3:.1f} ms (budget {BUDGET_IMPORT_S * 1e3:.0f} ms)")
+    if t_import > BUDGET_IMPORT_S:
+        over.append("import lib")
+
+    print(f"\n{'explorer':<36}{'compute p50':>12}{'render p50':>12}{'total p50':>11}{'total p95':>11}")
+    for name, c50, r50, t50, t95 in bench_explorers(args.samples):
+        flag = "  OVER" if t95 > BUDGET_EXPLORER_S else ""
+        print(f"{name:<36}{c50 * 1e3:>10.1f}ms{r50 * 1e3:>10.1f}ms{t50 * 1e3:>9.1f}ms{t95 * 1e3:>9.1f}ms{flag}")
+        if flag:
+            over.append(f"explorer {name}")
+
+    if not args.skip_notebooks:
+        rows = bench_notebooks()
+        print(f"\n{'notebook':<62}{'execute':>9}")
+        for rel, seconds in rows:
+            flag = "  OVER" if seconds > BUDGET_NOTEBOOK_S else ""
+            print(f"{rel:<62}{seconds:>8.1f}s{flag}")
+            if flag:
+                over.append(f"notebook {rel}")
+        total = sum(s for _, s in rows)
+        projected = total / max(len(rows), 1) * QUESTIONS_IN_BANK
+        print(f"{'total (' + str(len(rows)) + ' notebooks)':<62}{total:>8.1f}s")
+        print(f"{'projected to ' + str(QUESTIONS_IN_BANK) + ' notebooks (serial)':<62}{projected:>8.1f}s "
+              f"(budget {BUDGET_ALL_NOTEBOOKS_S:.0f} s)")
+        if projected > BUDGET_ALL_NOTEBOOKS_S:
+            over.append("all notebooks (projected)")
+
+    if not args.skip_build:
+        print(f"\nbook build from stored outputs: {bench_build():.1f} s")
+
+    print("\nover budget: " + (", ".join(over) if over else "nothing"))
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
