@@ -1,0 +1,65 @@
+"""KV-cache reference implementations: paged block allocator, prefix caches, eviction studies.
+
+* :mod:`.allocator`: paged block allocator with refcounts and copy-on-write (vLLM-style).
+* :mod:`.defective`: a deliberately broken allocator, ownership/content oracles, and a
+  hypothesis-driven search that shrinks a failing operation sequence.
+* :mod:`.radix`: radix-tree prefix cache with pinning and LRU leaf eviction (SGLang-style).
+* :mod:`.chained_hash`: block prefix caching by chained hashes, verified on hit (vLLM APC-style).
+* :mod:`.eviction`: head-first vs tail-first eviction and the bytes it strands.
+* :mod:`.workloads`: seeded multi-turn chat and branching agent traces.
+
+Importing this package pulls in numpy only; hypothesis is imported lazily by
+:func:`find_minimal_failure`.
+"""
+
+from .allocator import BlockAllocator, CopyEvent, NaiveCowAllocator, OutOfBlocks
+from .chained_hash import CacheAllocation, PrefixBlockCache, chain_hashes, hash_block
+from .defective import (
+    DefectiveAllocator,
+    Op,
+    content_oracle,
+    find_minimal_failure,
+    first_violation,
+    ownership_oracle,
+)
+from .eviction import (
+    EvictionSimulation,
+    PrefixWorkload,
+    SteadyState,
+    cyclic_prefix_workload,
+    cyclic_steady_state,
+    shared_prefix_workload,
+    simulate,
+)
+from .radix import OutOfSlots, PrefixMatch, RadixCache, RadixNode
+from .workloads import branching_agent_trace, multi_turn_chat_trace
+
+__all__ = [
+    "BlockAllocator",
+    "CacheAllocation",
+    "CopyEvent",
+    "DefectiveAllocator",
+    "EvictionSimulation",
+    "NaiveCowAllocator",
+    "Op",
+    "OutOfBlocks",
+    "OutOfSlots",
+    "PrefixBlockCache",
+    "PrefixMatch",
+    "PrefixWorkload",
+    "RadixCache",
+    "RadixNode",
+    "SteadyState",
+    "branching_agent_trace",
+    "chain_hashes",
+    "content_oracle",
+    "cyclic_prefix_workload",
+    "cyclic_steady_state",
+    "find_minimal_failure",
+    "first_violation",
+    "hash_block",
+    "multi_turn_chat_trace",
+    "ownership_oracle",
+    "shared_prefix_workload",
+    "simulate",
+]
