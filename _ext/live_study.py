@@ -3,6 +3,9 @@
 * Folds the answer: the body of "Worked answer", "Explore", "Where it breaks" and "Interviewer's
   notes" goes behind a toggle (sphinx-togglebutton), so the question, hints and parameters show
   first and an interviewer can share the page without giving the answer away.
+* Serves the widget manager's fonts from the vendored copy, lets it typeset through MathJax 3,
+  removes duplicate script tags and gives first-time readers the "auto" colour mode (the theme
+  logs an error when none is set).
 * Adds an "Open live" link to the same notebook in JupyterLab. Its base URL is the config value
   ``live_lab_url`` (the Lab that ``./book study`` starts on 127.0.0.1), overridable at build time
   with the environment variable ``BOOK_LAB_URL`` for a book hosted elsewhere.
@@ -58,7 +61,49 @@ def fold_answers(app, doctree) -> None:
         top.insert(top.index(titles[0]) + 1, link)
 
 
+# The widget manager (an AMD module loaded by require.js) locates its font files relative to where
+# require.js resolves its module name; map that name to the vendored copy, from any page depth.
+WIDGETS_REQUIRE_CONFIG = (
+    "var require = {paths: {'@jupyter-widgets/html-manager/dist': "
+    "document.documentElement.dataset.content_root + 'assets/widgets'}};"
+)
+# The theme logs a console error when no colour mode is stored yet; start first-time readers on auto.
+DEFAULT_MODE = "document.documentElement.dataset.mode = document.documentElement.dataset.mode || 'auto';"
+
+
+# The widget manager typesets widget labels through MathJax 2's MathJax.Hub.Queue; the book loads
+# MathJax 3. Give both the config object and the loaded MathJax a Hub that forwards to MathJax 3.
+MATHJAX2_SHIM = """(function () {
+  function shim() {
+    var mj = window.MathJax;
+    if (mj && !mj.Hub) {
+      mj.Hub = {Queue: function (job) {
+        var el = job && job[2];
+        if (el && window.MathJax.typesetPromise) { window.MathJax.typesetPromise([el]).catch(function () {}); }
+      }};
+    }
+  }
+  shim();
+  document.addEventListener("DOMContentLoaded", shim);
+  window.addEventListener("load", shim);
+})();"""
+
+
+def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
+    """Drop repeated script entries (sphinx-thebe registers its inline config twice)."""
+    seen, unique = set(), []
+    for script in context.get("script_files", []):
+        key = (getattr(script, "filename", script) or "", repr(sorted(getattr(script, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"] = unique
+
+
 def setup(app):
+    app.add_js_file(None, body=WIDGETS_REQUIRE_CONFIG + " " + DEFAULT_MODE, priority=100)
+    app.add_js_file(None, body=MATHJAX2_SHIM, priority=999)
+    app.connect("html-page-context", dedupe_scripts)
     app.add_config_value("live_lab_url", "http://127.0.0.1:8888", "html")
     app.connect("doctree-read", fold_answers)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -209,8 +209,7 @@ def _widget(arg: str, domain: Domain, value):
         return w.Dropdown(options=list(domain.options), value=value, description=label,
                           style=style, layout=layout)
     if isinstance(domain, IntRange) and domain.log:
-        options = domain.powers_of_two()
-        value = value if value in options else min(options, key=lambda o: abs(o - value))
+        options = sorted(set(domain.powers_of_two()) | {value})  # keep the notebook's exact value
         return w.SelectionSlider(options=options, value=value, description=label, style=style,
                                  layout=layout, continuous_update=False)
     if isinstance(domain, IntRange):

@@ -1,0 +1,118 @@
+"""Fixtures for the real-browser tests: Debian's Chromium driven by Playwright (no browser download).
+
+Servers listen on 127.0.0.1 only: the built book (a static file server) and JupyterLab on the repo.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tools.notebooks import ROOT
+
+CHROMIUM = Path(os.environ.get("BOOK_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+HTML = ROOT / "_build" / "html"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(url: str, seconds: float = 90) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except Exception:  # noqa: BLE001 - not up yet
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} did not come up in {seconds} s")
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+
+@pytest.fixture(scope="session")
+def book_url():
+    if not (HTML / "intro.html").is_file():
+        pytest.fail("the book is not built: run ./book build (./book test builds it first)")
+    port = free_port()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(_Quiet, directory=str(HTML)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{port}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """(base URL, token) of a JupyterLab started on the repository for this test session."""
+    port, token = free_port(), secrets.token_hex(16)
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip", "127.0.0.1", f"--port={port}",
+           "--port-retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT}",
+           "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    log = (tmp_path_factory.mktemp("lab") / "lab.log").open("w")
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path_factory.mktemp("jupyter-config"))}
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(f"{base}/api/status?token={token}")
+        yield base, token
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} missing: ./book test installs Debian's chromium (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh page that records console errors, page errors and requests leaving 127.0.0.1."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    pg.console_errors, pg.outside_requests = [], []
+    pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
+    pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
+
+    def guard(route):
+        url = route.request.url
+        if url.startswith(("http://127.0.0.1", "data:", "blob:", "about:")):
+            route.continue_()
+        else:
+            pg.outside_requests.append(url)
+            route.abort()
+
+    pg.route("**/*", guard)
+    yield pg
+    context.close()

@@ -1,0 +1,72 @@
+"""JupyterLab in a real browser: open a notebook, run all, move a control of the explorer and see
+the value lib computes for the new input; and follow a book page's open-live link into Lab."""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+import yaml
+
+from lib import roofline
+from lib.units import sig
+from tools.notebooks import ROOT
+
+NOTEBOOK = "chapters/01-roofline/ridge-point.ipynb"
+
+
+def _open_lab(page, lab, path: str) -> None:
+    base, token = lab
+    page.goto(f"{base}/lab/tree/{path}?token={token}", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-Notebook", timeout=60000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90000)
+
+
+def _menu(page, menu: str, item: str) -> None:
+    page.get_by_role("menuitem", name=menu, exact=True).click()
+    page.get_by_role("menuitem", name=item, exact=True).click()
+
+
+def test_run_all_then_change_an_explorer_input(page, lab):
+    _open_lab(page, lab, NOTEBOOK)
+    page.locator(".jp-Notebook").first.click()
+    page.keyboard.press("Escape")
+    # the answer headings open collapsed (so an interviewer can share the screen): expand them
+    page.keyboard.press("Control+Shift+ArrowRight")  # Expand All Headings
+    page.wait_for_function("() => !document.querySelector('.jp-collapseHeadingButton.jp-mod-collapsed')")
+    _menu(page, "Edit", "Clear Outputs of All Cells")  # so the checks verdict below is from this run
+    _menu(page, "Run", "Run All Cells")
+    page.locator(".jp-OutputArea-output", has_text="all checks passed").wait_for(state="attached", timeout=180000)
+    explorer = page.locator(".widget-vbox").filter(has=page.locator("table.explorer-table")).first
+    explorer.evaluate("e => e.scrollIntoView()")
+    table = explorer.locator("table.explorer-table")
+    assert "295" in table.inner_text()  # H100 SXM BF16 ridge, as lib computes it
+    dropdown = explorer.locator("select").first  # gpu
+    dropdown.select_option("b200")
+    expected = sig(roofline.ridge_point("b200", "bf16"))
+    page.wait_for_function(
+        "([sel, want]) => [...document.querySelectorAll(sel)].some(t => t.innerText.includes(want + ' FLOP/byte'))",
+        arg=["table.explorer-table", expected], timeout=30000)
+    # move the M slider one step with the keyboard: M 1 -> 2 doubles the GEMM's intensity
+    slider = explorer.locator(".widget-slider .ui-slider-handle, .widget-slider [role='slider']").first
+    slider.focus()
+    slider.press("ArrowRight")
+    flops, nbytes = roofline.gemm_flops_bytes(2, 28672, 8192)
+    want = sig(flops / nbytes)
+    page.wait_for_function(
+        "([sel, want]) => [...document.querySelectorAll(sel)].some(t => t.innerText.includes(want + ' FLOP/byte'))",
+        arg=["table.explorer-table", want], timeout=30000)
+    assert not page.outside_requests, f"requests left 127.0.0.1: {page.outside_requests}"
+
+
+def test_open_live_link_lands_on_the_notebook(page, lab, book_url):
+    page.goto(f"{book_url}/chapters/01-roofline/ridge-point.html", wait_until="networkidle")
+    href = page.locator("a.open-live-link").get_attribute("href")
+    configured = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]["live_lab_url"]
+    assert href.startswith(configured.rstrip("/") + "/lab/tree/")
+    # the book was built for the study command's Lab; point the same path at this session's Lab
+    base, token = lab
+    page.goto(f"{base}/lab?token={token}", wait_until="domcontentloaded")  # log in once, like a reader
+    page.goto(base + urlparse(href).path, wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-Notebook", timeout=60000)
+    tab = page.locator(".lm-TabBar-tab.jp-mod-current .lm-TabBar-tabLabel, .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel")
+    assert any("ridge-point.ipynb" in t for t in tab.all_inner_texts())
