@@ -4,7 +4,8 @@
 2. lib unit and property tests (pytest tests/unit)
 3. strict nbval over every notebook (outputs compared; volatile text sanitized)
 4. the book build with warnings as errors, from stored outputs
-5. book tests: structure of every notebook, _toc.yml vs files, offline HTML
+5. book tests: structure of every notebook, _toc.yml vs files, offline HTML, other parameters
+6. browser tests: the built book and JupyterLab in Debian's Chromium (Playwright)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def steps() -> list[tuple[str, list[str]]]:
         ("book build", [str(ROOT / ".venv" / "bin" / "jupyter-book"), "build", ".", "-W", "-n",
                         "--keep-going", "--quiet"]),
         ("book tests", pytest + ["tests/book", "-n", "2"]),
+        ("browser tests", pytest + ["tests/browser"]),
     ]
 
 
