@@ -22,7 +22,6 @@ from tools.notebooks import (
 SECTIONS = ["## The question", "## Try it first", "## Parameters", "## Worked answer", "## Explore",
             "## Where it breaks", "## Interviewer's notes", "## Checks", "## Related"]
 GLUE_ROLE = re.compile(r"\{glue:text\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
-GLUE_CALL = re.compile(r"""\bglue\(\s*["']([A-Za-z0-9_]+)["']""")
 NOTEBOOKS = notebook_paths()
 IDS = [p.relative_to(ROOT).as_posix() for p in NOTEBOOKS]
 
@@ -84,11 +83,17 @@ def test_anatomy(path):
     assert len(re.findall(r"^\s*assert\b", _src(checks), re.M)) >= 2, "checks cell must assert at least twice"
 
 
+def _glued_names(cells: list[dict]) -> set[str]:
+    """Names the stored outputs glued (myst-nb records each under metadata.scrapbook.name)."""
+    return {out.get("metadata", {}).get("scrapbook", {}).get("name")
+            for c in cells if c["cell_type"] == "code" for out in c.get("outputs", [])} - {None}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_glue_defined_and_cited(path):
     cells = _nb(path)["cells"]
     cited = set(GLUE_ROLE.findall("\n".join(_src(c) for c in cells if c["cell_type"] == "markdown")))
-    defined = set(GLUE_CALL.findall("\n".join(_src(c) for c in cells if c["cell_type"] == "code")))
+    defined = _glued_names(cells)
     assert cited, "prose cites no glued number"
     assert not cited - defined, f"cited but never glued: {sorted(cited - defined)}"
     assert not defined - cited, f"glued but never cited: {sorted(defined - cited)}"
