@@ -1,0 +1,504 @@
+"""Datasheet arithmetic: generation ratios, the three regimes they feed, headline-claim checks,
+and the bytes-per-FLOP balance of chips against the decode workload.
+
+* Generation ratios (A100 -> H100 -> H200 -> B200): peak FLOP/s, HBM bandwidth, HBM capacity
+  and bytes per FLOP (W / P), all from ``data/hardware.yaml``.
+* Three regimes, each with its own speedup: compute-bound (prefill: the FLOP/s ratio),
+  bandwidth-bound (batch-1 decode: the bandwidth ratio) and capacity-bound (decode at the
+  largest batch whose KV cache fits beside the weights on a fixed number of GPUs).
+* Headline claims: the per-user decode ceiling (bandwidth / bytes per token) and the
+  unstated conditions (weight dtype, speculative decoding, GPU count, batch aggregate,
+  smaller model) that would lift it to the claim.
+* Bytes per FLOP the decode workload asks for, against what the chip supplies, and the
+  shoreline arithmetic of HBM stacks along a die edge.
+
+SI units: FLOP/s, bytes, bytes/s, seconds, tokens/s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from lib._data import load_yaml
+from lib.dtypes import bytes_per_element
+from lib.hardware import GPU, gpu
+from lib.models import Model, model
+from lib.roofline import kv_shard_fraction, prefill, weight_bytes_read_per_step
+from lib.throughput import DEFAULT_MEMORY_UTILIZATION, decode_step_line, kv_batch_ceiling
+
+GENERATIONS = ("a100-sxm", "h100-sxm", "h200", "b200")
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _nonneg_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+# ---- generation ratios ---------------------------------------------------------------------
+
+
+def bytes_per_flop(chip: str | GPU, dtype: str = "bf16") -> float:
+    """HBM bytes/s over dense peak FLOP/s: W / P, bytes per FLOP (the inverse of the ridge point)."""
+    g = gpu(chip)
+    return g.memory_bandwidth / g.peak_flops(dtype)
+
+
+def spec_ratios(old: str | GPU, new: str | GPU, dtype: str = "bf16") -> dict[str, float]:
+    """new / old for peak FLOP/s (``dtype``), HBM bandwidth, HBM capacity and bytes per FLOP."""
+    a, b = gpu(old), gpu(new)
+    return {
+        "flops": b.peak_flops(dtype) / a.peak_flops(dtype),
+        "bandwidth": b.memory_bandwidth / a.memory_bandwidth,
+        "capacity": b.memory_bytes / a.memory_bytes,
+        "bytes_per_flop": bytes_per_flop(b, dtype) / bytes_per_flop(a, dtype),
+    }
+
+
+def gpus_to_fit(
+    mdl: str | Model,
+    chip: str | GPU,
+    weight_dtype: str = "bf16",
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    max_gpus: int = 64,
+) -> int:
+    """Smallest power-of-two GPU count (dividing the heads) whose usable HBM holds the weights.
+
+    weights / n <= memory x utilization. Raises ValueError when none up to ``max_gpus`` does.
+    """
+    m, g = model(mdl), gpu(chip)
+    if not 0 < memory_utilization <= 1:
+        raise ValueError(f"memory_utilization must be in (0, 1], got {memory_utilization}")
+    n = 1
+    while n <= max_gpus:
+        if (
+            m.num_attention_heads % n == 0
+            and m.weight_bytes(weight_dtype) / n <= g.memory_bytes * memory_utilization
+        ):
+            return n
+        n *= 2
+    raise ValueError(f"{m.key} in {weight_dtype} does not fit on {max_gpus} x {g.key}")
+
+
+def gpus_for_batch(
+    mdl: str | Model,
+    chip: str | GPU,
+    batch: int,
+    context: int,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    max_gpus: int = 64,
+) -> int:
+    """Smallest power-of-two GPU count whose memory holds the weights plus ``batch`` sequences of
+    ``context`` tokens of KV (kv_batch_ceiling >= batch). Raises ValueError if none up to ``max_gpus``."""
+    m, g = model(mdl), gpu(chip)
+    b = _positive_int("batch", batch)
+    _positive_int("context", context)
+    n = 1
+    while n <= max_gpus:
+        if m.num_attention_heads % n == 0:
+            try:
+                if (
+                    kv_batch_ceiling(m, g, context, n, weight_dtype, kv_dtype, memory_utilization)
+                    >= b
+                ):
+                    return n
+            except ValueError:
+                pass  # weights alone do not fit at this n
+        n *= 2
+    raise ValueError(
+        f"{b} sequences of {context} tokens of {m.key} ({weight_dtype}) do not fit on "
+        f"{max_gpus} x {g.key}"
+    )
+
+
+@dataclass(frozen=True)
+class RegimeRow:
+    """One chip, one deployment of ``n_gpus``: the number each regime cares about."""
+
+    gpu: str
+    n_gpus: int
+    prefill_s: float  # compute-bound: time to prefill one prompt (roofline bound)
+    decode_batch1_tokens_per_s: float  # bandwidth-bound: one user's tokens/s (weights + KV read)
+    capacity_batch: int  # largest batch whose KV fits beside the weights
+    capacity_tokens_per_s: float  # capacity-bound: replica tokens/s at that batch
+
+    @property
+    def capacity_tokens_per_s_per_gpu(self) -> float:
+        return self.capacity_tokens_per_s / self.n_gpus
+
+
+def regime_row(
+    mdl: str | Model,
+    chip: str | GPU,
+    n_gpus: int,
+    context: int,
+    prompt_len: int,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+) -> RegimeRow:
+    """The three regime numbers for ``mdl`` on ``n_gpus`` x ``chip`` (tensor parallel, comms ignored).
+
+    prefill_s: roofline bound of prefilling ``prompt_len`` tokens (compute-bound for long prompts);
+    decode_batch1: 1 / t(1) of the step-time line at ``context``;
+    capacity: B_max = KV ceiling at ``context``, tokens/s = B_max / t(B_max) (0 if B_max = 0).
+    """
+    m, g = model(mdl), gpu(chip)
+    n = _positive_int("n_gpus", n_gpus)
+    ctx = _positive_int("context", context)
+    p = _positive_int("prompt_len", prompt_len)
+    line = decode_step_line(m, g, ctx, n, weight_dtype, kv_dtype, compute_dtype)
+    b_max = kv_batch_ceiling(m, g, ctx, n, weight_dtype, kv_dtype, memory_utilization)
+    pre = prefill(m, g, p, tp=n, batch=1, weight_dtype=weight_dtype, compute_dtype=compute_dtype)
+    cap = line.throughput(b_max) if b_max > 0 else 0.0
+    return RegimeRow(g.key, n, pre.time_s, line.throughput(1), b_max, cap)
+
+
+def regime_speedups(old: RegimeRow, new: RegimeRow) -> dict[str, float]:
+    """new over old, per GPU, in each regime: compute (prefill time ratio), bandwidth (batch-1
+    tokens/s ratio), capacity (tokens/s per GPU at each one's KV ceiling; inf when old holds no
+    sequence)."""
+    per_gpu = new.n_gpus / old.n_gpus  # compare work per GPU when deployments differ in size
+    cap_old, cap_new = old.capacity_tokens_per_s_per_gpu, new.capacity_tokens_per_s_per_gpu
+    if cap_old > 0:
+        capacity = cap_new / cap_old
+    else:
+        capacity = math.inf if cap_new > 0 else math.nan
+    return {
+        "compute": old.prefill_s / new.prefill_s / per_gpu,
+        "bandwidth": new.decode_batch1_tokens_per_s / old.decode_batch1_tokens_per_s / per_gpu,
+        "capacity": capacity,
+    }
+
+
+# ---- headline claims -----------------------------------------------------------------------
+
+
+def per_user_decode_ceiling(
+    mdl: str | Model,
+    chip: str | GPU,
+    n_gpus: int = 1,
+    weight_dtype: str = "bf16",
+    context: int = 0,
+    kv_dtype: str = "bf16",
+    tokens_per_weight_read: float = 1.0,
+) -> float:
+    """Upper bound on one user's decode tokens/s at batch 1: the bandwidth floor, inverted.
+
+    tokens/s <= tau x n x W / (weights x b_w + context x KV bytes/token x n x shard(n)), where
+    tau = tokens produced per pass over the weights (1 plain; > 1 with speculative decoding,
+    counting the verify pass only) and shard(n) the KV fraction per GPU. For an MoE the weights
+    are those one token reads (top-k experts; a multi-token verify pass reads more). Ignores
+    communication, kernel overheads and the draft's cost (see :func:`speculative_speedup`).
+    """
+    m, g = model(mdl), gpu(chip)
+    n = _positive_int("n_gpus", n_gpus)
+    ctx = _nonneg_int("context", context)
+    if not (math.isfinite(tokens_per_weight_read) and tokens_per_weight_read >= 1):
+        raise ValueError(
+            f"tokens_per_weight_read must be a finite number >= 1, got {tokens_per_weight_read}"
+        )
+    weights = weight_bytes_read_per_step(m, 1, weight_dtype)  # MoE: only the routed top-k are read
+    per_gpu_bytes = weights / n + ctx * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, n)
+    return tokens_per_weight_read * g.memory_bandwidth / per_gpu_bytes
+
+
+def speculative_tokens_per_step(acceptance: float, draft_tokens: int) -> float:
+    """Expected tokens per verify step: (1 - a^(g+1)) / (1 - a) for acceptance a, g drafted tokens.
+
+    Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding"
+    (ICML 2023), eq. 1, assuming i.i.d. acceptances. a = 1 gives g + 1; a = 0 gives 1.
+    """
+    g = _nonneg_int("draft_tokens", draft_tokens)
+    if not (math.isfinite(acceptance) and 0 <= acceptance <= 1):
+        raise ValueError(f"acceptance must be in [0, 1], got {acceptance}")
+    if acceptance == 1:
+        return float(g + 1)
+    return (1 - acceptance ** (g + 1)) / (1 - acceptance)
+
+
+def speculative_speedup(acceptance: float, draft_tokens: int, draft_cost: float) -> float:
+    """Wall-clock speedup of speculative decoding: tokens per step / (1 + g c).
+
+    c = one draft forward's time over one target forward's time (Leviathan et al. 2023,
+    Theorem 3.8); verify cost taken as one target step (memory-bound: true while g + 1 tokens
+    are far below the ridge).
+    """
+    if not (math.isfinite(draft_cost) and draft_cost >= 0):
+        raise ValueError(f"draft_cost must be a finite number >= 0, got {draft_cost}")
+    g = _nonneg_int("draft_tokens", draft_tokens)
+    return speculative_tokens_per_step(acceptance, g) / (1 + g * draft_cost)
+
+
+def acceptance_needed(target_speedup: float, draft_tokens: int, draft_cost: float) -> float:
+    """Smallest acceptance rate a whose :func:`speculative_speedup` reaches ``target_speedup``
+    (bisection; the speedup rises monotonically with a). math.inf when even a = 1 falls short;
+    0 when no speculation is needed (target <= speedup at a = 0)."""
+    if not (math.isfinite(target_speedup) and target_speedup > 0):
+        raise ValueError(f"target_speedup must be a finite number > 0, got {target_speedup}")
+    if speculative_speedup(1.0, draft_tokens, draft_cost) < target_speedup:
+        return math.inf
+    if speculative_speedup(0.0, draft_tokens, draft_cost) >= target_speedup:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (
+            (mid, hi)
+            if speculative_speedup(mid, draft_tokens, draft_cost) < target_speedup
+            else (lo, mid)
+        )
+    return hi
+
+
+def simulate_speculative_tokens_per_step(
+    acceptance: float, draft_tokens: int, steps: int = 20000, seed: int = 0
+) -> np.ndarray:
+    """Monte Carlo of the tokens each verify step emits: accepted drafts until the first
+    rejection (at most g), plus the one token the target always contributes."""
+    g = _nonneg_int("draft_tokens", draft_tokens)
+    s = _positive_int("steps", steps)
+    if not (math.isfinite(acceptance) and 0 <= acceptance <= 1):
+        raise ValueError(f"acceptance must be in [0, 1], got {acceptance}")
+    rng = np.random.default_rng(seed)
+    if g == 0:
+        return np.ones(s)
+    accepted = rng.random((s, g)) < acceptance
+    run = np.cumprod(accepted, axis=1).sum(axis=1)
+    return run + 1.0
+
+
+def batch_for_aggregate(
+    claim_tokens_per_s: float,
+    mdl: str | Model,
+    chip: str | GPU,
+    n_gpus: int,
+    context: int,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+) -> float:
+    """Smallest batch whose AGGREGATE tokens/s reaches the claim: B / (t0 + B c) = X
+    => B = X t0 / (1 - X c). math.inf when the claim is above the ceiling 1 / c."""
+    if not (math.isfinite(claim_tokens_per_s) and claim_tokens_per_s > 0):
+        raise ValueError(
+            f"claim_tokens_per_s must be a finite number > 0, got {claim_tokens_per_s}"
+        )
+    line = decode_step_line(
+        mdl,
+        chip,
+        _nonneg_int("context", context),
+        _positive_int("n_gpus", n_gpus),
+        weight_dtype,
+        kv_dtype,
+    )
+    x, c = claim_tokens_per_s, line.per_sequence_s
+    if x * c >= 1:
+        return math.inf
+    return x * line.fixed_s / (1 - x * c)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One reading of a headline: what it assumes and the ceiling that follows."""
+
+    name: str
+    tokens_per_s: float  # per-user ceiling under this reading (aggregate for the batch row)
+    fits: bool  # weights (+ the context's KV) fit in the GPUs' memory
+    note: str = ""
+
+    def meets(self, claim: float) -> bool:
+        return self.fits and self.tokens_per_s >= claim
+
+
+def headline_scenarios(
+    claim_tokens_per_s: float,
+    mdl: str | Model,
+    chip: str | GPU,
+    n_gpus: int = 1,
+    context: int = 0,
+    acceptance: float = 0.8,
+    draft_tokens: int = 4,
+    draft_cost: float = 0.05,
+    small_model: str = "llama-3.1-8b",
+    multi_gpus: int = 8,
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+) -> list[Scenario]:
+    """Readings of "X tokens/s per user for ``mdl`` on ``n_gpus`` x ``chip``" and their ceilings.
+
+    BF16 as stated; FP8 / INT4 weights; speculative decoding (speedup from
+    :func:`speculative_speedup`) on each dtype; ``multi_gpus`` GPUs in BF16 and FP8;
+    ``small_model`` in BF16 and FP8; the batch aggregate (B from :func:`batch_for_aggregate`).
+    KV is BF16 at ``context`` tokens throughout. Ceilings ignore overheads, so a claim above
+    every ceiling is impossible under that reading; one below is merely not ruled out.
+    """
+    if not (math.isfinite(claim_tokens_per_s) and claim_tokens_per_s > 0):
+        raise ValueError(
+            f"claim_tokens_per_s must be a finite number > 0, got {claim_tokens_per_s}"
+        )
+    m, g = model(mdl), gpu(chip)
+    n = _positive_int("n_gpus", n_gpus)
+    ctx = _nonneg_int("context", context)
+    spec = speculative_speedup(acceptance, draft_tokens, draft_cost)
+
+    def fits(mm: Model, dtype: str, gpus: int) -> bool:
+        kv = ctx * mm.kv_bytes_per_token("bf16") * kv_shard_fraction(mm, gpus)
+        return mm.weight_bytes(dtype) / gpus + kv <= g.memory_bytes * memory_utilization
+
+    rows = []
+    for dtype in ("bf16", "fp8", "int4"):
+        rows.append(
+            Scenario(
+                f"{m.key} {dtype.upper()} weights, {n} GPU",
+                per_user_decode_ceiling(m, g, n, dtype, ctx),
+                fits(m, dtype, n),
+            )
+        )
+    for dtype in ("bf16", "fp8", "int4"):
+        base = per_user_decode_ceiling(m, g, n, dtype, ctx)
+        rows.append(
+            Scenario(
+                f"{m.key} {dtype.upper()} + speculative decoding",
+                base * spec,
+                fits(m, dtype, n),
+                f"x{spec:.2f}: acceptance {acceptance}, {draft_tokens} drafted, draft cost {draft_cost}",
+            )
+        )
+    if multi_gpus > n and m.num_attention_heads % multi_gpus == 0:
+        for dtype in ("bf16", "fp8"):
+            rows.append(
+                Scenario(
+                    f"{m.key} {dtype.upper()} on {multi_gpus} GPUs (TP{multi_gpus})",
+                    per_user_decode_ceiling(m, g, multi_gpus, dtype, ctx),
+                    fits(m, dtype, multi_gpus),
+                    "tensor-parallel communication ignored",
+                )
+            )
+    small = model(small_model)
+    if small.key != m.key:
+        for dtype in ("bf16", "fp8"):
+            rows.append(
+                Scenario(
+                    f"{small.key} {dtype.upper()} (a smaller model)",
+                    per_user_decode_ceiling(small, g, n, dtype, ctx),
+                    fits(small, dtype, n),
+                )
+            )
+    for dtype in ("bf16", "fp8", "int4"):
+        if fits(m, dtype, n):
+            b = batch_for_aggregate(claim_tokens_per_s, m, g, n, max(ctx, 1), dtype)
+            limit = kv_batch_ceiling(m, g, max(ctx, 1), n, dtype, "bf16", memory_utilization)
+            ok = b <= limit
+            rows.append(
+                Scenario(
+                    f"{m.key} {dtype.upper()}, aggregate over a batch",
+                    claim_tokens_per_s if ok else 0.0,
+                    ok,
+                    f"needs batch {math.ceil(b) if math.isfinite(b) else 'inf'}; KV holds {limit}",
+                )
+            )
+    return rows
+
+
+# ---- bytes per FLOP: workload against chip ---------------------------------------------------
+
+
+def kv_bytes_per_token_mha(mdl: str | Model, dtype: str = "bf16") -> float:
+    """KV bytes per token the model WOULD cache with one KV head per query head (no GQA/MLA):
+    layers x 2 x heads x head_dim x b. For MLA, heads x (qk_nope + qk_rope + v) per layer."""
+    m = model(mdl)
+    if m.is_mla:
+        per_layer = m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+    else:
+        per_layer = 2 * m.num_attention_heads * m.head_dim
+    return m.num_layers * per_layer * bytes_per_element(dtype)
+
+
+def decode_bytes_per_flop(
+    mdl: str | Model,
+    batch: int,
+    context: int,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    tokens_per_weight_read: float = 1.0,
+    kv_bytes_per_token: float | None = None,
+) -> float:
+    """HBM bytes per FLOP a decode step asks for (the workload's side of the balance):
+
+    (weights x b_w / (B tau) + context x KV bytes/token) / FLOPs per token at ``context``,
+    with tau tokens accepted per weight pass (speculative decoding) and KV bytes/token from
+    the model unless ``kv_bytes_per_token`` overrides it (e.g. to undo GQA). Weights assume
+    every expert is read (MoE at large batch). ``batch`` may be an array (one value per batch).
+    """
+    m = model(mdl)
+    b = np.asarray(batch, dtype=float)
+    if b.size == 0 or np.any(b < 1) or not np.all(np.isfinite(b)) or np.any(b != np.floor(b)):
+        raise ValueError(f"batch must be an integer >= 1 (or an array of them), got {batch!r}")
+    ctx = _nonneg_int("context", context)
+    if not (math.isfinite(tokens_per_weight_read) and tokens_per_weight_read >= 1):
+        raise ValueError(f"tokens_per_weight_read must be >= 1, got {tokens_per_weight_read}")
+    kv = m.kv_bytes_per_token(kv_dtype) if kv_bytes_per_token is None else float(kv_bytes_per_token)
+    if not (math.isfinite(kv) and kv >= 0):
+        raise ValueError(f"kv_bytes_per_token must be a finite number >= 0, got {kv}")
+    per_token_bytes = m.weight_bytes(weight_dtype) / (b * tokens_per_weight_read) + ctx * kv
+    out = per_token_bytes / m.flops_per_token(ctx)
+    return float(out) if out.ndim == 0 else out
+
+
+def _packaging() -> dict:
+    return load_yaml("power_assumptions.yaml")
+
+
+def hbm_stack_bandwidth(pin_rate_gbps: float, bus_bits: int | None = None) -> float:
+    """Bytes/s of one HBM stack: bus width (1024 bits) x per-pin rate / 8."""
+    if not (math.isfinite(pin_rate_gbps) and pin_rate_gbps > 0):
+        raise ValueError(f"pin_rate_gbps must be a finite number > 0, got {pin_rate_gbps}")
+    bits = (
+        bus_bits
+        if bus_bits is not None
+        else _packaging()["hbm"]["bus_width_bits_per_stack"]["value"]
+    )
+    return _positive_int("bus_bits", bits) * pin_rate_gbps * 1e9 / 8
+
+
+def implied_pin_rate_gbps(chip: str | GPU) -> float:
+    """Per-pin data rate the datasheet bandwidth implies: W x 8 / (stacks x 1024 bits), Gb/s."""
+    g = gpu(chip)
+    stacks = _packaging()["hbm"]["stacks_per_gpu"]
+    if g.key not in stacks:
+        raise ValueError(
+            f"no HBM stack count for {g.key} in power_assumptions.yaml; known: {', '.join(stacks)}"
+        )
+    bits = _packaging()["hbm"]["bus_width_bits_per_stack"]["value"]
+    return g.memory_bandwidth * 8 / (stacks[g.key]["value"] * bits) / 1e9
+
+
+def stacks_on_shoreline(edge_mm: float, stack_mm: float, edges: int) -> int:
+    """HBM stacks that fit along a die: edges x floor(edge length / stack footprint)."""
+    for name, v in (("edge_mm", edge_mm), ("stack_mm", stack_mm)):
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {v}")
+    return _nonneg_int("edges", edges) * int(edge_mm // stack_mm)
+
+
+def shoreline_bandwidth_per_die(pin_rate_gbps: float) -> float:
+    """Bytes/s a reticle-limited die can reach with HBM on its HBM edges (data: reticle, footprint)."""
+    d = _packaging()
+    long_edge = max(d["packaging"]["reticle_mm"]["value"])
+    stacks = stacks_on_shoreline(
+        long_edge,
+        d["hbm"]["stack_footprint_mm"]["value"],
+        d["packaging"]["hbm_edges_per_die"]["value"],
+    )
+    return stacks * hbm_stack_bandwidth(pin_rate_gbps)

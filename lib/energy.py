@@ -1,0 +1,145 @@
+"""Energy per generated token: power over throughput, and the power assumptions behind it.
+
+    J/token = P / X       (watts over tokens/s)
+
+X moves with batch size along the step-time line of :mod:`lib.throughput` (tens of times
+between batch 1 and a full batch); P is pinned between a memory-bound floor and the TDP cap.
+Power figures that are not datasheet facts (idle and decode-floor fractions of TDP, server
+overhead, PUE, HBM energy per bit) come from ``data/power_assumptions.yaml``.
+SI units: watts, joules, tokens/s, bytes/s.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lib._data import load_yaml
+from lib.hardware import GPU, gpu
+from lib.throughput import StepLine
+
+
+def assumptions() -> dict:
+    """The parsed ``data/power_assumptions.yaml``."""
+    return load_yaml("power_assumptions.yaml")
+
+
+def assumed(path: str) -> float:
+    """One numeric value from power_assumptions.yaml by dotted path (``"gpu_power.pue"`` style)."""
+    node = assumptions()
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ValueError(f"no {path!r} in data/power_assumptions.yaml")
+        node = node[part]
+    value = node["value"] if isinstance(node, dict) else node
+    return float(value)
+
+
+def _fraction(name: str, v: float) -> float:
+    v = float(v)
+    if not (math.isfinite(v) and 0 <= v <= 1):
+        raise ValueError(f"{name} must be in [0, 1], got {v}")
+    return v
+
+
+def joules_per_token(power_w, tokens_per_s):
+    """Energy per token, J: power (W) / throughput (tokens/s). Scalars or arrays."""
+    p = np.asarray(power_w, dtype=float)
+    x = np.asarray(tokens_per_s, dtype=float)
+    if np.any(~np.isfinite(p)) or np.any(p < 0):
+        raise ValueError(f"power_w must be finite and >= 0 watts, got {power_w!r}")
+    if np.any(~np.isfinite(x)) or np.any(x <= 0):
+        raise ValueError(f"tokens_per_s must be finite and > 0, got {tokens_per_s!r}")
+    out = p / x
+    return float(out) if out.ndim == 0 else out
+
+
+def board_power_w(chip: str | GPU, load: float, floor_fraction: float | None = None) -> float:
+    """Board power of one GPU at ``load`` in [0, 1]: TDP x (f + (1 - f) x load), capped at TDP.
+
+    f = ``floor_fraction`` (default: decode_floor_fraction_of_tdp, the memory-bound decode
+    floor). load 0 is a batch-1 decode, load 1 a saturated GPU held at its TDP cap.
+    """
+    g = gpu(chip)
+    f = _fraction(
+        "floor_fraction",
+        assumed("gpu_power.decode_floor_fraction_of_tdp")
+        if floor_fraction is None
+        else floor_fraction,
+    )
+    u = _fraction("load", load)
+    return g.tdp_w * (f + (1 - f) * u)
+
+
+def decode_load(line: StepLine, batch):
+    """Load proxy in [0, 1]: how far throughput has climbed from batch 1 towards its ceiling,
+    (X(B) - X(1)) / (1/c - X(1)); 0 at batch 1, -> 1 as B -> infinity."""
+    b = np.asarray(batch, dtype=float)
+    if np.any(b < 1) or np.any(~np.isfinite(b)):
+        raise ValueError(f"batch must be finite and >= 1, got {batch!r}")
+    x1, ceil = line.throughput(1), line.ceiling_tokens_per_s
+    out = np.clip((np.asarray(line.throughput(b)) - x1) / (ceil - x1), 0.0, 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def decode_energy(
+    line: StepLine, chip: str | GPU, n_gpus: int, batch, floor_fraction: float | None = None
+) -> dict[str, np.ndarray | float]:
+    """Throughput, power and J/token of a decode replica of ``n_gpus`` GPUs at ``batch``.
+
+    X = B / t(B) (tokens/s of the replica); P = n_gpus x board_power_w(load(B));
+    J/token = P / X. Returns {'tokens_per_s', 'power_w', 'j_per_token', 'load'}.
+    """
+    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int | np.integer) or n_gpus < 1:
+        raise ValueError(f"n_gpus must be an integer >= 1, got {n_gpus!r}")
+    load = decode_load(line, batch)
+    loads = np.atleast_1d(np.asarray(load, dtype=float))
+    power = n_gpus * np.array([board_power_w(chip, u, floor_fraction) for u in loads])
+    x = np.atleast_1d(np.asarray(line.throughput(batch), dtype=float))
+    j = joules_per_token(power, x)
+    scalar = np.ndim(batch) == 0
+    pick = (lambda a: float(np.asarray(a).reshape(-1)[0])) if scalar else (lambda a: np.asarray(a))
+    return {
+        "tokens_per_s": pick(x),
+        "power_w": pick(power),
+        "j_per_token": pick(j),
+        "load": pick(loads),
+    }
+
+
+def wall_factor(server_overhead: float | None = None, pue: float | None = None) -> float:
+    """Multiplier from GPU board energy to facility energy: server overhead x PUE.
+
+    Default server overhead = DGX H100 max system power / (8 x 700 W); default PUE from data.
+    """
+    if server_overhead is None:
+        server_overhead = assumed("server.dgx_h100_system_max_w") / (8 * gpu("h100-sxm").tdp_w)
+    if pue is None:
+        pue = assumed("server.pue")
+    for name, v in (("server_overhead", server_overhead), ("pue", pue)):
+        if not (math.isfinite(v) and v >= 1):
+            raise ValueError(f"{name} must be a finite number >= 1, got {v}")
+    return server_overhead * pue
+
+
+def kwh_per_million_tokens(j_per_token: float) -> float:
+    """kWh per 1e6 tokens: J/token x 1e6 / 3.6e6."""
+    if not (math.isfinite(j_per_token) and j_per_token >= 0):
+        raise ValueError(f"j_per_token must be a finite number >= 0, got {j_per_token}")
+    return j_per_token * 1e6 / 3.6e6
+
+
+def hbm_power_w(bytes_per_s: float, pj_per_bit: float | None = None) -> float:
+    """Power to stream ``bytes_per_s`` from HBM: bytes/s x 8 x energy per bit (default from data)."""
+    e = assumed("hbm.energy_pj_per_bit") if pj_per_bit is None else pj_per_bit
+    if not (math.isfinite(bytes_per_s) and bytes_per_s >= 0):
+        raise ValueError(f"bytes_per_s must be a finite number >= 0, got {bytes_per_s}")
+    if not (math.isfinite(e) and e > 0):
+        raise ValueError(f"pj_per_bit must be a finite number > 0, got {e}")
+    return bytes_per_s * 8 * e * 1e-12
+
+
+def weight_read_energy_j(weight_bytes: float, pj_per_bit: float | None = None) -> float:
+    """Joules to read ``weight_bytes`` once from HBM (a physics floor on batch-1 J/token)."""
+    return hbm_power_w(weight_bytes, pj_per_bit)  # bytes x 8 x pJ/bit: same product, 1 s

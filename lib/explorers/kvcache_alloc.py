@@ -1,0 +1,491 @@
+"""Explorers for the paged-allocator questions (I085, I095, I015, I011).
+
+* ``kvcache.block_allocator_ops``: step a small pool through up to six chosen operations and see
+  block tables, refcounts, the free list and both oracles after each one.
+* ``kvcache.defect_replay``: replay a shrunk (or seeded random) program on a defective allocator
+  and see which oracle fires at which operation.
+* ``kvcache.block_sharing``: blocks with and without sharing for parallel sampling, beam search
+  or a shared system prompt, with the copy-on-write copies and bytes for a real model.
+* ``kvcache.paged_waste``: waste per sequence (bound, closed form, simulation) against contiguous
+  reservation, for a real model's KV bytes per token and a seeded length distribution.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from lib import kvcache_paging as kp
+from lib import models
+from lib.kvcache import (
+    BlockAllocator,
+    DefectiveAllocator,
+    NaiveCowAllocator,
+    Op,
+    OutOfBlocks,
+    content_oracle,
+    ownership_oracle,
+)
+from lib.units import fmt_bytes, fmt_pct, sig
+from lib.widgets import Choice, FloatRange, IntRange, View, explorer
+
+MODELS = tuple(models.model_names())
+
+
+def _figure(width: float, height: float, ncols: int = 1):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=72)
+    return fig, [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+
+
+# ---- I085: step through operations -------------------------------------------------------------
+
+ALLOCATORS = {
+    "BlockAllocator (correct)": lambda n, b: BlockAllocator(n, b),
+    "naive CoW: write in place": lambda n, b: NaiveCowAllocator(n, b, "write_in_place"),
+    "naive CoW: forget decref": lambda n, b: NaiveCowAllocator(n, b, "forget_decref"),
+}
+OPS = (
+    "-",
+    "allocate A",
+    "allocate B",
+    "fork A->B",
+    "fork A->C",
+    "fork B->C",
+    "append A",
+    "append B",
+    "append C",
+    "append A x4",
+    "append B x4",
+    "free A",
+    "free B",
+    "free C",
+)
+_BASE = {"A": 100, "B": 200, "C": 300}  # appended tokens: A writes 100, 101, ...; B 200, ...
+
+
+def _apply_named_op(alloc: BlockAllocator, shadow: dict, text: str, prompt: int) -> str:
+    """Run one menu operation; return what happened (raises ValueError when it is rejected)."""
+    kind, _, rest = text.partition(" ")
+    if kind == "allocate":
+        tokens = list(range(prompt))
+        table = alloc.allocate(rest, tokens)
+        shadow[rest] = tokens
+        return f"{rest} gets blocks {table}"
+    if kind == "fork":
+        parent, child = rest.split("->")
+        alloc.fork(parent, child)
+        shadow[child] = list(shadow[parent])
+        shared = alloc.block_table(child)
+        return f"{child} shares {parent}'s blocks {shared} (no copy)"
+    if kind == "append":
+        seq, _, times = rest.partition(" x")
+        notes = []
+        for _ in range(int(times or 1)):
+            if seq not in shadow:
+                alloc.append_token(seq, 0)  # raises the allocator's own "not allocated" error
+            token = _BASE[seq] + len(shadow[seq])
+            table_before = alloc.block_table(seq)
+            event = alloc.append_token(seq, token)
+            shadow[seq].append(token)
+            if event is not None:
+                notes.append(f"copy-on-write block {event.src_block} -> {event.dst_block}")
+            elif len(alloc.block_table(seq)) > len(table_before):
+                notes.append(f"new block {alloc.block_table(seq)[-1]}")
+        return f"{seq} wrote; " + ("; ".join(notes) if notes else "in place")
+    released = alloc.free(rest)
+    del shadow[rest]
+    return f"{rest} freed; back on the free list: {released}"
+
+
+@explorer(
+    "kvcache.block_allocator_ops",
+    allocator=Choice(tuple(ALLOCATORS), label="allocator"),
+    num_blocks=IntRange(2, 12, label="blocks in the pool"),
+    block_size=IntRange(1, 8, label="tokens per block"),
+    prompt_tokens=IntRange(0, 24, label="prompt tokens (allocate)"),
+    op1=Choice(OPS, label="op 1"),
+    op2=Choice(OPS, label="op 2"),
+    op3=Choice(OPS, label="op 3"),
+    op4=Choice(OPS, label="op 4"),
+    op5=Choice(OPS, label="op 5"),
+    op6=Choice(OPS, label="op 6"),
+)
+def block_allocator_ops(
+    allocator: str,
+    num_blocks: int,
+    block_size: int,
+    prompt_tokens: int,
+    op1: str,
+    op2: str,
+    op3: str,
+    op4: str,
+    op5: str,
+    op6: str,
+) -> View:
+    """I085: run the chosen operations on a fresh pool; show each outcome and the final state."""
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"allocator must be one of {', '.join(ALLOCATORS)}")
+    alloc = ALLOCATORS[allocator](num_blocks, block_size)
+    shadow: dict[str, list[int]] = {}
+    rows = []
+    for i, text in enumerate((op1, op2, op3, op4, op5, op6), start=1):
+        if text == "-":
+            continue
+        if text not in OPS:
+            raise ValueError(f"op {i} must be one of {', '.join(OPS)}")
+        try:
+            outcome = _apply_named_op(alloc, shadow, text, prompt_tokens)
+        except OutOfBlocks as err:
+            outcome = f"OutOfBlocks ({err}); nothing changed"
+        except ValueError as err:
+            outcome = f"rejected: {err}"
+        rows.append((f"{i}. {text}", outcome))
+    for seq in alloc.seq_ids():
+        rows.append(
+            (f"{seq}: block table", f"{alloc.block_table(seq)} ({alloc.num_tokens(seq)} tokens)")
+        )
+        rows.append((f"{seq}: reads", str(alloc.tokens(seq))))
+    refs = [alloc.refcount(b) for b in range(num_blocks)]
+    rows.append(("refcounts by block", str(refs)))
+    rows.append(("free list (next out last)", str(alloc.free_block_ids())))
+    rows.append(
+        (
+            "free + used / total",
+            f"{alloc.num_free_blocks} + {alloc.num_used_blocks} / {alloc.num_blocks}",
+        )
+    )
+    rows.append(("copy-on-write copies", str(len(alloc.copy_events))))
+    own, con = ownership_oracle(alloc, shadow), content_oracle(alloc, shadow)
+    rows.append(("ownership oracle", "ok" if not own else "; ".join(own)))
+    rows.append(("content oracle", "ok" if not con else "; ".join(con)))
+
+    fig, (ax,) = _figure(6.4, 2.4)
+    holders: dict[int, list[str]] = {}
+    for seq in alloc.seq_ids():
+        for block in alloc.block_table(seq):
+            holders.setdefault(block, []).append(str(seq))
+    colors = {0: "#dddddd", 1: "#9ecae1"}
+    for block in range(num_blocks):
+        ref = refs[block]
+        ax.add_patch(
+            _rect(
+                block,
+                colors.get(ref, "#fdae6b"),
+                "red" if ref != len(holders.get(block, [])) else "k",
+            )
+        )
+        slots = alloc._slots[block]  # read-only peek at the payload, to draw what is stored
+        shown = [str(t) if t is not None else "." for t in slots]
+        ax.text(block + 0.5, 0.62, "\n".join(_chunks(shown)), ha="center", va="center", fontsize=6)
+        ax.text(block + 0.5, -0.15, f"#{block}\nrc={ref}", ha="center", va="top", fontsize=7)
+        ax.text(
+            block + 0.5, 1.12, ",".join(holders.get(block, [])) or "free", ha="center", fontsize=7
+        )
+    ax.set_xlim(-0.1, num_blocks + 0.1)
+    ax.set_ylim(-0.75, 1.35)
+    ax.axis("off")
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.98)
+    return View(
+        f"{allocator}: {num_blocks} blocks x {block_size} tokens",
+        rows,
+        fig,
+        "grey = free, blue = one owner, orange = shared; a red edge means refcount != holders.",
+        values={
+            "free": float(alloc.num_free_blocks),
+            "used": float(alloc.num_used_blocks),
+            "copies": float(len(alloc.copy_events)),
+            "ownership_problems": float(len(own)),
+            "content_problems": float(len(con)),
+        },
+    )
+
+
+def _rect(x: float, color: str, edge: str):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x + 0.05, 0.05), 0.9, 1.0, facecolor=color, edgecolor=edge, lw=1.2)
+
+
+def _chunks(items: list[str], width: int = 2) -> list[str]:
+    return [" ".join(items[i : i + width]) for i in range(0, len(items), width)]
+
+
+# ---- I095: replay a program on a defective allocator --------------------------------------------
+
+VARIANTS = {
+    "fixed": {},
+    "leak on failed allocation": {"leak_on_failed_allocation": True},
+    "alias copied payload": {"alias_copied_payload": True},
+    "both defects": {"leak_on_failed_allocation": True, "alias_copied_payload": True},
+}
+SHRUNK = {
+    "shrunk leak program": [Op("allocate", 0, tuple(range(5))), Op("allocate", 1, tuple(range(9)))],
+    "shrunk alias program": [
+        Op("allocate", 0, (0,)),
+        Op("fork", 0, 1),
+        Op("append", 0, 0),
+        Op("append", 1, 1),
+    ],
+}
+
+
+@explorer(
+    "kvcache.defect_replay",
+    variant=Choice(tuple(VARIANTS), label="allocator"),
+    program=Choice((*SHRUNK, "random program"), label="program"),
+    num_blocks=IntRange(2, 8, label="blocks in the pool"),
+    block_size=IntRange(1, 8, label="tokens per block"),
+    num_ops=IntRange(1, 30, label="ops (random program)"),
+    seed=IntRange(0, 999, label="seed (random program)"),
+)
+def defect_replay(
+    variant: str, program: str, num_blocks: int, block_size: int, num_ops: int, seed: int
+) -> View:
+    """I095: apply a program op by op; both oracles after every op; free + used over time."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}")
+    alloc = DefectiveAllocator(num_blocks, block_size, **VARIANTS[variant])
+    shadow: dict = {}
+    rows, free_used = [], [(alloc.num_free_blocks, alloc.num_used_blocks)]
+    first = {"ownership": None, "content": None}
+    rng, next_id = random.Random(seed), 0
+    ops = SHRUNK.get(program)
+    count = len(ops) if ops is not None else num_ops
+    for i in range(count):
+        if ops is not None:
+            op = ops[i]
+        else:
+            op = kp.random_program(
+                rng,
+                list(shadow),
+                [],
+                next_id,
+                max_prompt_tokens=num_blocks * block_size // 2 + 2,
+            )
+            next_id += op.kind in ("allocate", "fork")
+        try:
+            op.apply(alloc, shadow)
+        except ValueError as err:  # e.g. the shrunk program's ops on a pool where they don't fit
+            rows.append((f"{i + 1}. {op}", f"rejected: {err}"))
+            continue
+        own, con = ownership_oracle(alloc, shadow), content_oracle(alloc, shadow)
+        for name, found in (("ownership", own), ("content", con)):
+            if found and first[name] is None:
+                first[name] = i + 1
+        verdict = f"ownership {'ok' if not own else own[0]}; content {'ok' if not con else con[0]}"
+        rows.append((f"{i + 1}. {op}", verdict))
+        free_used.append((alloc.num_free_blocks, alloc.num_used_blocks))
+    for name in ("ownership", "content"):
+        at = first[name]
+        rows.append(
+            (f"{name} oracle", "never fired" if at is None else f"first fires after op {at}")
+        )
+    fig, (ax,) = _figure(6.0, 2.4)
+    xs = np.arange(len(free_used))
+    fu = np.array(free_used)
+    ax.step(xs, fu[:, 0], where="post", label="free")
+    ax.step(xs, fu[:, 1], where="post", label="used")
+    ax.step(xs, fu.sum(axis=1), where="post", label="free + used", lw=2)
+    ax.axhline(num_blocks, color="grey", ls="--", lw=1, label="total")
+    ax.set_xlabel("operations applied")
+    ax.set_ylabel("blocks")
+    ax.set_ylim(-0.3, num_blocks + 0.8)
+    ax.legend(fontsize=7, ncol=4, loc="lower left")
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.2, top=0.96)
+    return View(
+        f"{variant}: {program} on {num_blocks} x {block_size}",
+        rows,
+        fig,
+        values={
+            "ownership_first": float(first["ownership"] or 0),
+            "content_first": float(first["content"] or 0),
+            "leaked": float(num_blocks - int(fu[-1].sum())),
+        },
+    )
+
+
+# ---- I015: sharing ------------------------------------------------------------------------------
+
+WORKLOADS = ("parallel sampling", "beam search", "shared system prompt")
+_BEAM_BUDGET = 1 << 15  # beams x steps the beam-search lineage may cover in an explorer update
+
+
+@explorer(
+    "kvcache.block_sharing",
+    workload=Choice(WORKLOADS, label="workload"),
+    model=Choice(MODELS),
+    kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
+    width=IntRange(1, 64, label="samples / beams / requests"),
+    prompt_tokens=IntRange(1, 32768, label="shared prompt tokens"),
+    own_tokens=IntRange(0, 8192, label="own prompt tokens (system prompt only)"),
+    output_tokens=IntRange(1, 8192, label="output tokens each"),
+    block_size=IntRange(1, 256, log=True, label="block size"),
+    seed=IntRange(0, 999, label="seed (beam lineage)"),
+)
+def block_sharing(
+    workload: str,
+    model: str,
+    kv_dtype: str,
+    width: int,
+    prompt_tokens: int,
+    own_tokens: int,
+    output_tokens: int,
+    block_size: int,
+    seed: int,
+) -> View:
+    """I015: blocks with and without sharing over time, copies, and bytes for ``model``."""
+    per_token = models.model(model).kv_bytes_per_token(kv_dtype)
+    p, g, n, b = prompt_tokens, output_tokens, width, block_size
+    if workload == "parallel sampling":
+        x, shared, unshared = kp.parallel_sampling_curve(p, g, n, b)
+        end = kp.parallel_sampling_blocks(p, g, n, b)
+        xlabel = "tokens generated per sample"
+    elif workload == "beam search":
+        if n * g > _BEAM_BUDGET:
+            raise ValueError(
+                f"beam search here is limited to beams x output tokens <= {_BEAM_BUDGET:,}; "
+                f"got {n} x {g}: lower one of them"
+            )
+        parents = kp.beam_search_parents(n, g, seed)
+        x = np.unique(np.linspace(0, g, 17).astype(int))
+        counts = kp.beam_search_blocks(p, parents, b, at_steps=x.tolist())
+        shared = np.array([c.blocks_shared for c in counts])
+        unshared = np.array([c.blocks_unshared for c in counts])
+        end = counts[-1]
+        xlabel = "beam steps"
+    elif workload == "shared system prompt":
+        end = kp.shared_prefix_blocks(p, own_tokens, g, n, b)
+        x = np.arange(n + 1)
+        tail = -(-(p % b + own_tokens + g) // b)
+        shared = -(-p // b) + x * tail
+        unshared = x * (-(-(p + own_tokens + g) // b))
+        xlabel = "requests admitted (each fully written)"
+    else:
+        raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}")
+    fig, (ax,) = _figure(6.0, 2.8)
+    ax.plot(x, unshared, label="without sharing")
+    ax.plot(x, shared, label="with sharing (CoW)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("blocks in use")
+    ax.legend(fontsize=7)
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.17, top=0.96)
+    avg = kp.time_averaged_saving(shared, unshared) if np.sum(unshared) else 0.0
+    cost = kp.misaligned_prompt_cost(p, n, b, per_token)
+    rows = [
+        (
+            "blocks at the end: without / with sharing",
+            f"{end.blocks_unshared:,} / {end.blocks_shared:,}",
+        ),
+        ("saving at the end", fmt_pct(end.saving)),
+        ("saving over the run (block-steps)", fmt_pct(avg)),
+        ("bytes saved at the end", fmt_bytes(end.saved_blocks * b * per_token)),
+        (
+            "copy-on-write copies",
+            f"{end.copies:,} ({fmt_bytes(end.copies * b * per_token)} copied)",
+        ),
+        ("prompt tokens in the partial block (P mod B)", str(cost["remainder_tokens"])),
+    ]
+    return View(
+        f"{workload}: {n} x {model}, P={p}, G={g}, B={b}",
+        rows,
+        fig,
+        values={
+            "shared": float(end.blocks_shared),
+            "unshared": float(end.blocks_unshared),
+            "copies": float(end.copies),
+            "saving": end.saving,
+        },
+    )
+
+
+# ---- I011: waste ----------------------------------------------------------------------------------
+
+_SIM_SEQUENCES = 5000
+
+
+@explorer(
+    "kvcache.paged_waste",
+    model=Choice(MODELS),
+    kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
+    block_size=IntRange(1, 256, log=True, label="block size"),
+    max_tokens=IntRange(256, 131072, log=True, label="max tokens (reservation)"),
+    median_tokens=IntRange(8, 32768, label="median sequence tokens"),
+    sigma=FloatRange(0.1, 2.0, 0.05, label="length spread (lognormal sigma)"),
+    seed=IntRange(0, 999, label="seed"),
+)
+def paged_waste(
+    model: str,
+    kv_dtype: str,
+    block_size: int,
+    max_tokens: int,
+    median_tokens: int,
+    sigma: float,
+    seed: int,
+) -> View:
+    """I011: paged waste (bound, (B-1)/2, simulated) vs contiguous max / pow2 reservation."""
+    m = models.model(model)
+    per_token = m.kv_bytes_per_token(kv_dtype)
+    lengths = kp.sample_lognormal_lengths(_SIM_SEQUENCES, median_tokens, sigma, max_tokens, seed)
+    s = kp.waste_summary(lengths, block_size, max_tokens)
+    sizes = [2**i for i in range(9)]
+    sim = [kp.waste_summary(lengths, bs, max_tokens).mean_waste_tokens("paged") for bs in sizes]
+    fig, (ax1, ax2) = _figure(7.2, 2.8, 2)
+    ax1.loglog(
+        sizes,
+        [max(kp.uniform_residue_waste_tokens(bs), 0.1) for bs in sizes],
+        "--",
+        label="(B-1)/2",
+    )
+    ax1.loglog(sizes, [max(v, 0.1) for v in sim], "o", ms=3, label="simulated")
+    ax1.loglog(sizes, [max(bs - 1, 0.1) for bs in sizes], ":", label="bound B-1")
+    ax1.axvline(block_size, color="red", lw=0.8)
+    ax1.set_xlabel("block size (tokens)")
+    ax1.set_ylabel("waste per sequence (tokens)")
+    ax1.minorticks_off()
+    ax1.legend(fontsize=7)
+    schemes = ["paged", "contiguous_pow2", "contiguous_max"]
+    ax2.bar(["paged", "pow2", "max"], [s.utilization(k) for k in schemes], color=["C0", "C1", "C3"])
+    ax2.set_ylim(0, 1)
+    ax2.set_ylabel("slots holding a token")
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.17, top=0.96, wspace=0.3)
+    rows = [
+        ("KV bytes per token", fmt_bytes(per_token, "KiB")),
+        ("mean sequence (simulated)", f"{sig(s.mean_tokens)} tokens"),
+        (
+            "paged waste bound (B-1)",
+            f"{block_size - 1} tokens = {fmt_bytes((block_size - 1) * per_token, 'MB')}",
+        ),
+        (
+            "paged waste, closed form (B-1)/2",
+            f"{sig(kp.uniform_residue_waste_tokens(block_size))} tokens",
+        ),
+        (
+            "paged waste, simulated mean / max",
+            f"{sig(s.mean_waste_tokens('paged'))} / {s.paged_max_waste} tokens",
+        ),
+        (
+            "contiguous (reserve max) waste",
+            f"{sig(s.mean_waste_tokens('contiguous_max'))} tokens = "
+            f"{fmt_bytes(s.mean_waste_tokens('contiguous_max') * per_token)}",
+        ),
+        ("slots used: paged / pow2 / max", " / ".join(fmt_pct(s.utilization(k)) for k in schemes)),
+        (
+            "sequences per GB of KV: paged / max",
+            f"{sig(1e9 / ((s.mean_tokens + s.mean_waste_tokens('paged')) * per_token))} / "
+            f"{sig(1e9 / (max_tokens * per_token))}",
+        ),
+    ]
+    return View(
+        f"{model} KV ({kv_dtype}), B={block_size}, lengths ~ LogNormal(median {median_tokens}, {sigma})",
+        rows,
+        fig,
+        values={
+            "waste_sim": s.mean_waste_tokens("paged"),
+            "waste_max": float(s.paged_max_waste),
+            "util_paged": s.utilization("paged"),
+            "util_max": s.utilization("contiguous_max"),
+        },
+    )

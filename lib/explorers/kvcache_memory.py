@@ -1,0 +1,441 @@
+"""Explorers for the KV-cache memory notebooks: per-sequence KV (N036), long-context serving
+(N031), the serving memory budget (I010), memory beyond weights and KV (I106), GQA vs MLA on
+real GPUs (I017) and tensor parallelism past the KV-head count (I107)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lib import hardware, models
+from lib import memory as mem
+from lib import prefill as pf
+from lib.units import GiB, fmt_bytes, fmt_pct, fmt_time, sig
+from lib.widgets import Choice, FloatRange, IntRange, View, explorer
+
+MODELS = tuple(models.model_names())
+GPUS = tuple(hardware.gpu_names())
+KV_DTYPES = ("bf16", "fp8")
+WEIGHT_DTYPES = ("bf16", "fp8")
+COLORS = {
+    mem.MEASURED: "#4c72b0",
+    mem.ESTIMATED: "#dd8452",
+    mem.HEADROOM: "#c44e52",
+    "remainder": "#55a868",
+}
+
+
+def _figure(width: float = 6.0, height: float = 3.0):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=72)
+    ax = fig.add_subplot()
+    fig.subplots_adjust(bottom=0.18, left=0.13, right=0.97, top=0.95)
+    return fig, ax
+
+
+def _compute_dtype(weight_dtype: str) -> str:
+    return "fp8" if weight_dtype == "fp8" else "bf16"
+
+
+@explorer(
+    "kvcache.kv_per_sequence",
+    model=Choice(MODELS),
+    kv_dtype=Choice(KV_DTYPES, label="KV cache"),
+    weight_dtype=Choice(WEIGHT_DTYPES, label="weights"),
+    context=IntRange(1, 262144, label="context tokens"),
+)
+def kv_per_sequence(model: str, kv_dtype: str, weight_dtype: str, context: int) -> View:
+    """N036: one sequence's KV cache against the model's weights, and the query-heads mistake."""
+    m = models.model(model)
+    per_token = m.kv_bytes_per_token(kv_dtype)
+    per_seq = mem.kv_bytes_per_sequence(m, context, kv_dtype)
+    weights = m.weight_bytes(weight_dtype)
+    wrong_heads = m.num_attention_heads
+    wrong = context * mem.kv_bytes_per_token_formula(
+        m.num_layers, wrong_heads, m.head_dim, 2.0 if kv_dtype == "bf16" else 1.0
+    )
+    xs = np.unique(np.geomspace(1024, max(2 * context, 262144), 40).astype(int))
+    fig, ax = _figure(6.0, 3.0)
+    ax.loglog(xs, xs * per_token / 1e9, label="KV per sequence")
+    if not m.is_mla:
+        ax.loglog(xs, xs * wrong / context / 1e9, ls="--", label="with query heads (wrong)")
+    ax.axhline(weights / 1e9, color="black", lw=1, label=f"weights ({weight_dtype})")
+    ax.axvline(context, color="red", lw=1)
+    ax.set_xlabel("context tokens")
+    ax.set_ylabel("GB")
+    ax.minorticks_off()
+    ax.legend(fontsize=7)
+    rows = [
+        ("KV per token", fmt_bytes(per_token, "KiB")),
+        ("KV per sequence", fmt_bytes(per_seq)),
+        ("weights", fmt_bytes(weights)),
+        ("KV / weights", fmt_pct(per_seq / weights)),
+    ]
+    if m.is_mla:
+        rows.append(("query-heads mistake", "n/a: MLA caches one shared latent"))
+    else:
+        rows += [
+            ("query heads / KV heads", sig(m.gqa_group_size)),
+            ("with query heads (wrong)", fmt_bytes(wrong)),
+        ]
+    return View(
+        f"{m.key}, {context:,} tokens, KV in {kv_dtype}",
+        rows,
+        fig,
+        values={
+            "per_token": per_token,
+            "per_sequence": per_seq,
+            "weights": weights,
+            "wrong": wrong,
+        },
+    )
+
+
+@explorer(
+    "kvcache.long_context",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    tp=IntRange(1, 64, log=True, label="tensor parallel"),
+    weight_dtype=Choice(WEIGHT_DTYPES, label="weights"),
+    kv_dtype=Choice(KV_DTYPES, label="KV cache"),
+    context=IntRange(1024, 1048576, label="context tokens"),
+    target_sequences=IntRange(1, 1024, label="sequences needed in flight"),
+    ttft_slo_s=FloatRange(0.1, 60.0, 0.1, label="TTFT SLO (s)"),
+    mfu=FloatRange(0.1, 1.0, 0.05, label="prefill fraction of peak"),
+)
+def long_context(
+    model: str,
+    gpu: str,
+    tp: int,
+    weight_dtype: str,
+    kv_dtype: str,
+    context: int,
+    target_sequences: int,
+    ttft_slo_s: float,
+    mfu: float,
+) -> View:
+    """N031: capacity, TTFT and the scheduler as context grows; where each one breaks."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    cdt = _compute_dtype(weight_dtype)
+    budget = mem.memory_budget(m, g, tp, weight_dtype, kv_dtype)
+    cap_ctx = mem.capacity_break_context(budget, target_sequences)
+    ttft_ctx = pf.prompt_len_for_time(m, g, ttft_slo_s, tp, mfu, cdt)
+    share = mem.fact("headroom_fraction_for_admission")
+    sched_ctx = mem.scheduler_break_context(budget)
+    xs = np.unique(np.geomspace(1024, max(4 * context, 1 << 20), 32).astype(int))
+    seqs = np.array([budget.token_capacity / x for x in xs])
+    ttft = np.array(
+        [pf.prefill_estimate(m, g, int(x), tp, mfu, weight_dtype, cdt, kv_dtype).time_s for x in xs]
+    )
+    shares = np.array([mem.admission_share(budget, int(x)) for x in xs])
+    fig, ax = _figure(6.0, 3.2)
+    ax.loglog(xs, seqs / target_sequences, label="capacity: sequences / needed")
+    ax.loglog(xs, ttft_slo_s / ttft, label="TTFT: SLO / prefill time")
+    ax.loglog(xs, share / shares, label="scheduler: free slack / one request")
+    ax.axhline(1.0, color="black", lw=1)
+    ax.axvline(context, color="red", lw=1)
+    ax.set_xlabel("context tokens")
+    ax.set_ylabel("margin (breaks below 1)")
+    ax.minorticks_off()
+    ax.legend(fontsize=7)
+    est = pf.prefill_estimate(m, g, context, tp, mfu, weight_dtype, cdt, kv_dtype)
+    chunk = min(budget.max_num_batched_tokens, context)
+    last_step = mem.prefill_chunk_step_s(m, g, chunk, max(0, context - chunk), tp, mfu, cdt)
+    rows = [
+        (
+            "KV of one request",
+            f"{fmt_bytes(mem.kv_bytes_per_sequence(m, context, kv_dtype))} "
+            f"({fmt_bytes(context * budget.kv_bytes_per_token_per_gpu)} per GPU)",
+        ),
+        ("requests that fit", f"{budget.max_sequences(context):,}"),
+        ("prefill (TTFT floor)", fmt_time(est.time_s)),
+        ("last chunked-prefill step", fmt_time(last_step)),
+        ("one request's share of the pool", fmt_pct(mem.admission_share(budget, context))),
+        ("capacity breaks at", f"{cap_ctx:,} tokens"),
+        ("TTFT breaks at", f"{sig(ttft_ctx)} tokens"),
+        ("scheduler breaks at", f"{sched_ctx:,} tokens"),
+    ]
+    return View(
+        f"{m.key} on {tp}x {g.key}",
+        rows,
+        fig,
+        values={
+            "capacity": cap_ctx,
+            "ttft": ttft_ctx,
+            "scheduler": sched_ctx,
+            "prefill_s": est.time_s,
+        },
+    )
+
+
+def _budget_figure(b: mem.MemoryBudget):
+    fig, ax = _figure(6.2, 2.2)
+    left = 0.0
+    for name, value, view in b.table():
+        ax.barh([0], [value / 1e9], left=left, height=0.9, color=COLORS[view], edgecolor="white")
+        if value / b.visible_bytes > 0.1:
+            ax.text(
+                left + value / 2e9,
+                0,
+                name.replace("_", " "),
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white",
+            )
+        left += value / 1e9
+    ax.axvline(b.requested_bytes / 1e9, color="black", ls="--", lw=1)
+    ax.axvline(b.visible_bytes / 1e9, color="black", lw=1.5)
+    ax.set_yticks([])
+    ax.set_ylim(-0.5, 0.5)
+    ax.set_xlabel("GB per GPU (dashed: utilization limit; solid: visible memory)")
+    for label, color in (
+        ("measured", COLORS[mem.MEASURED]),
+        ("estimated", COLORS[mem.ESTIMATED]),
+        ("headroom (not counted)", COLORS[mem.HEADROOM]),
+        ("KV cache", COLORS["remainder"]),
+    ):
+        ax.bar([0], [0], color=color, label=label)
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.42))
+    fig.subplots_adjust(bottom=0.48, top=0.97)
+    return fig
+
+
+@explorer(
+    "kvcache.memory_budget",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    tp=IntRange(1, 64, log=True, label="tensor parallel"),
+    weight_dtype=Choice(WEIGHT_DTYPES, label="weights"),
+    kv_dtype=Choice(KV_DTYPES, label="KV cache"),
+    gpu_memory_utilization=FloatRange(0.5, 0.99, 0.01, label="gpu_memory_utilization"),
+    max_num_batched_tokens=IntRange(256, 65536, log=True, label="max_num_batched_tokens"),
+    max_num_seqs=IntRange(1, 2048, log=True, label="max_num_seqs"),
+    block_size=Choice((8, 16, 32, 64, 128), label="block size"),
+    context=IntRange(1, 1048576, label="context per sequence"),
+)
+def memory_budget(
+    model: str,
+    gpu: str,
+    tp: int,
+    weight_dtype: str,
+    kv_dtype: str,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    block_size: int,
+    context: int,
+) -> View:
+    """I010: the budget a vLLM-style engine lays out on each GPU, and the block ceiling it implies."""
+    b = mem.memory_budget(
+        model,
+        gpu,
+        tp,
+        weight_dtype,
+        kv_dtype,
+        gpu_memory_utilization,
+        max_num_batched_tokens,
+        max_num_seqs,
+        block_size,
+    )
+    rows = [
+        (f"{name.replace('_', ' ')} ({view})", fmt_bytes(value)) for name, value, view in b.table()
+    ]
+    rows += [
+        ("KV blocks", f"{b.num_blocks:,} of {fmt_bytes(b.block_bytes, 'MB')}"),
+        ("tokens in the pool", f"{b.token_capacity:,}"),
+        (f"sequences of {context:,} tokens", f"{b.max_sequences(context):,}"),
+        ("headroom margin", fmt_bytes(b.headroom_margin_bytes)),
+    ]
+    note = "" if b.headroom_margin_bytes >= 0 else "headroom margin negative: this GPU OOMs at peak"
+    return View(
+        f"{b.model_key} on {tp}x {b.gpu_key}",
+        rows,
+        _budget_figure(b),
+        note=note,
+        values={"kv": b.kv_cache_bytes, "blocks": b.num_blocks, "margin": b.headroom_margin_bytes},
+    )
+
+
+@explorer(
+    "kvcache.memory_beyond",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    tp=IntRange(1, 64, log=True, label="tensor parallel"),
+    max_num_batched_tokens=IntRange(256, 65536, log=True, label="max_num_batched_tokens"),
+    max_num_seqs=IntRange(1, 2048, log=True, label="max_num_seqs"),
+    prompt_logprobs=Choice(("off", "on"), label="prompt logprobs"),
+    sampler=Choice(("sort-free", "sort-based"), label="top-p/top-k sampler"),
+    fragmentation=FloatRange(0.0, 0.5, 0.01, label="fragmentation fraction"),
+)
+def memory_beyond(
+    model: str,
+    gpu: str,
+    tp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    prompt_logprobs: str,
+    sampler: str,
+    fragmentation: float,
+) -> View:
+    """I106: everything besides weights and KV, sized, with how the engine accounts for it."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    rows_sampled = (
+        max_num_batched_tokens
+        if prompt_logprobs == "on"
+        else min(max_num_seqs, max_num_batched_tokens)
+    )
+    per_entry = mem.fact("sampler_bytes_per_vocab_entry") + (12 if sampler == "sort-based" else 0)
+    b = mem.memory_budget(
+        m,
+        g,
+        tp,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        fragmentation_fraction=fragmentation,
+        sampler_rows=rows_sampled,
+        sampler_bytes_per_entry=per_entry,
+    )
+    items = [(k, v, b.engine_view[k]) for k, v in b.components.items() if k != "weights"]
+    fig, ax = _figure(6.0, 2.8)
+    names = [k.replace("_", " ") for k, _, _ in items]
+    ax.barh(names, [v / GiB for _, v, _ in items], color=[COLORS[view] for _, _, view in items])
+    ax.invert_yaxis()
+    ax.set_xlabel("GiB per GPU (blue measured, orange estimated, red headroom)")
+    ax.tick_params(labelsize=8)
+    fig.subplots_adjust(left=0.3)
+    total = sum(v for _, v, _ in items)
+    rows = [(f"{k.replace('_', ' ')} ({view})", fmt_bytes(v, "GiB")) for k, v, view in items]
+    rows += [
+        ("total beyond weights and KV", fmt_bytes(total, "GiB")),
+        ("as KV tokens lost per GPU", f"{sig(total / b.kv_bytes_per_token_per_gpu)}"),
+        ("headroom margin", fmt_bytes(b.headroom_margin_bytes, "GiB")),
+    ]
+    return View(
+        f"{m.key} on {tp}x {g.key}", rows, fig, values={"total": total, **dict(b.components)}
+    )
+
+
+def _try_deployment(mdl, gpu, n, tp, weight_dtype, kv_dtype, **kw):
+    try:
+        return mem.deployment(mdl, gpu, n, tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, **kw)
+    except ValueError:
+        return None
+
+
+@explorer(
+    "kvcache.gqa_vs_mla",
+    gpu=Choice(GPUS),
+    n_gpus=IntRange(1, 64, log=True, label="GPUs"),
+    gqa_weight_dtype=Choice(WEIGHT_DTYPES, label="Llama 3.1 70B weights"),
+    mla_weight_dtype=Choice(WEIGHT_DTYPES, label="DeepSeek-V3 weights"),
+    kv_dtype=Choice(KV_DTYPES, label="KV cache"),
+    context=IntRange(1024, 1048576, label="context per sequence"),
+)
+def gqa_vs_mla(
+    gpu: str, n_gpus: int, gqa_weight_dtype: str, mla_weight_dtype: str, kv_dtype: str, context: int
+) -> View:
+    """I017: Llama 3.1 70B (GQA) vs DeepSeek-V3 (MLA) on n GPUs: TP, TP + DCP, DP attention."""
+    layouts = (("TP", {}), ("TP + DCP", {"dcp": "max"}), ("DP attention", {"dp_attention": True}))
+    fig, ax = _figure(6.0, 2.8)
+    rows, values = [], {}
+    width = 0.38
+    for j, (key, wdt) in enumerate(
+        (("llama-3.1-70b", gqa_weight_dtype), ("deepseek-v3", mla_weight_dtype))
+    ):
+        m = models.model(key)
+        rows.append((f"{key} KV per token", fmt_bytes(m.kv_bytes_per_token(kv_dtype), "KB")))
+        heights = []
+        for name, kw in layouts:
+            kw = dict(kw)
+            if kw.get("dcp") == "max":
+                kw["dcp"] = mem.max_dcp(m, n_gpus) if m.num_attention_heads % n_gpus == 0 else 1
+            d = _try_deployment(m, gpu, n_gpus, n_gpus, wdt, kv_dtype, **kw)
+            if d is None:
+                rows.append((f"{key}, {name}", "does not fit"))
+                heights.append(0)
+                continue
+            seqs = d.sequences(context)
+            heights.append(seqs)
+            values[f"{key}|{name}"] = seqs
+            rows.append(
+                (
+                    f"{key}, {name}",
+                    f"{fmt_bytes(d.placement.bytes_per_token_per_gpu, 'KB')}/token/GPU, "
+                    f"{d.tokens_per_replica:,} tokens, {seqs} seqs, "
+                    f"{fmt_bytes(d.wasted_bytes_total)} duplicated",
+                )
+            )
+        ax.bar(np.arange(3) + (j - 0.5) * width, heights, width, label=key)
+    ax.set_xticks(np.arange(3), [n for n, _ in layouts])
+    ax.set_ylabel(f"sequences of {context:,} tokens")
+    ax.legend(fontsize=7)
+    return View(f"{n_gpus}x {gpu}, KV in {kv_dtype}", rows, fig, values=values)
+
+
+@explorer(
+    "kvcache.tp_past_kv_heads",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    n_gpus=IntRange(1, 64, log=True, label="GPUs"),
+    weight_dtype=Choice(WEIGHT_DTYPES, label="weights"),
+    kv_dtype=Choice(KV_DTYPES, label="KV cache"),
+    context=IntRange(1024, 1048576, label="context per sequence"),
+)
+def tp_past_kv_heads(
+    model: str, gpu: str, n_gpus: int, weight_dtype: str, kv_dtype: str, context: int
+) -> View:
+    """I107: n GPUs as TP=n (heads replicated past the KV-head count) against the layouts that avoid it."""
+    m = models.model(model)
+    if m.is_mla:
+        raise ValueError(
+            f"{m.key} uses MLA (one latent, no KV heads to split): see kvcache.gqa_vs_mla"
+        )
+    h = m.num_kv_heads
+    candidates = [("TP = all GPUs", dict(tp=n_gpus))]
+    if n_gpus > h:
+        rest = n_gpus // h
+        candidates += [
+            (f"TP{h} x {rest} replicas", dict(tp=h)),
+            (f"TP{h} x PP{rest}", dict(tp=h, pp=rest)),
+            (f"TP{n_gpus} + DCP{rest}", dict(tp=n_gpus, dcp=rest)),
+        ]
+    fig, ax = _figure(6.0, 2.8)
+    rows, labels, heights, values = [], [], [], {}
+    for name, kw in candidates:
+        if n_gpus % (kw["tp"] * kw.get("pp", 1)) or m.num_attention_heads % kw["tp"]:
+            continue
+        d = _try_deployment(m, gpu, n_gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype, **kw)
+        if d is None:
+            rows.append((name, "does not fit"))
+            continue
+        seqs = d.sequences(context)
+        labels.append(name)
+        heights.append(d.tokens_total / 1e6)
+        values[name] = d.tokens_total
+        rows.append(
+            (
+                name,
+                f"weights {fmt_bytes(d.budget.components['weights'])}/GPU, "
+                f"KV {fmt_bytes(d.placement.bytes_per_token_per_gpu, 'KB')}/token/GPU, "
+                f"{d.tokens_total:,} tokens, {seqs} seqs, duplicated {fmt_bytes(d.wasted_bytes_total)}",
+            )
+        )
+    if not labels:
+        raise ValueError(f"no layout of {m.key} fits on {n_gpus}x {gpu} in {weight_dtype}")
+    ax.barh(labels, heights)
+    ax.invert_yaxis()
+    ax.set_xlabel("million tokens of KV the GPUs hold")
+    ax.tick_params(labelsize=8)
+    fig.subplots_adjust(left=0.3)
+    return View(f"{m.key} on {n_gpus}x {gpu} ({h} KV heads)", rows, fig, values=values)
+
+
+__all__ = [
+    "kv_per_sequence",
+    "long_context",
+    "memory_budget",
+    "memory_beyond",
+    "gqa_vs_mla",
+    "tp_past_kv_heads",
+]

@@ -1,0 +1,258 @@
+"""Explorers for the KV-cache numerics and tiering questions: FP8 (E4M3) scales (I012) and
+tiering KV across HBM, host DRAM and NVMe SSD, with SSD wear-out (I018)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lib import fp8, hardware, models
+from lib import kv_tiering as kt
+from lib.units import GB, TB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_time, sig
+from lib.widgets import Choice, FloatRange, IntRange, View, explorer
+
+MODELS = tuple(models.model_names())
+GPUS = tuple(hardware.gpu_names())
+KV_DTYPES = ("bf16", "fp8")
+COMPUTE_DTYPES = ("bf16", "fp8")
+SCALE_LOG2 = np.arange(-8.0, 14.01, 0.5)  # scale = 2^x * amax / limit
+
+
+def _figure(width: float = 6.0, height: float = 3.0):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=72)
+    return fig, fig.add_subplot()
+
+
+def _t(x: float) -> str:
+    return "never" if math.isinf(x) else fmt_time(x)
+
+
+@explorer(
+    "kvcache.fp8_scale",
+    outlier_scale=FloatRange(1.0, 64.0, 0.5, label="outlier channel scale"),
+    tail_dof=FloatRange(2.5, 30.0, 0.5, label="outlier tail (Student-t dof)"),
+    num_outlier_channels=IntRange(0, 16, label="outlier channels of 64"),
+    scale_log2=FloatRange(-8.0, 14.0, 0.25, label="log2(scale / amax scale)"),
+    seed=IntRange(0, 1000),
+)
+def fp8_scale(
+    outlier_scale: float, tail_dof: float, num_outlier_channels: int, scale_log2: float, seed: int
+) -> View:
+    """I012: rounding vs clipping error of a K-like tensor as the per-tensor scale moves."""
+    _, k, _ = fp8.synthetic_head(
+        256, 64, num_outlier_channels, outlier_scale, tail_dof, 1, 1.0, seed
+    )
+    factors = 2.0**SCALE_LOG2
+    e = fp8.error_vs_scale(k, factors, "e4m3")
+    i = fp8.error_vs_scale(k, factors, "int8")
+    chosen = fp8.error_vs_scale(k, [2.0**scale_log2], "e4m3")
+    best = int(np.argmin(e["total_rel"]))
+    floor = fp8.relative_rounding_floor(k, float(fp8.amax_scale(k).item()))
+    near = SCALE_LOG2[e["total_rel"] <= 1.25 * e["total_rel"][best]]
+    fig, ax = _figure()
+    ax.semilogy(SCALE_LOG2, np.maximum(e["rounding_rel"], 1e-12), label="E4M3 rounding")
+    ax.semilogy(SCALE_LOG2, np.maximum(e["clipping_rel"], 1e-12), label="E4M3 clipping")
+    ax.semilogy(SCALE_LOG2, e["total_rel"], "k", lw=2, label="E4M3 total")
+    ax.semilogy(SCALE_LOG2, i["total_rel"], "k--", lw=1, label="INT8 total")
+    ax.axvline(scale_log2, color="red", lw=1)
+    ax.set_ylim(floor / 10, 2.0)
+    ax.minorticks_off()
+    ax.set_xlabel("log2(scale / (amax / max code))   0 = amax scale")
+    ax.set_ylabel("error power / signal power")
+    ax.legend(fontsize=7, loc="upper center", ncol=2)
+    rows = [
+        ("amax of the tensor", sig(float(np.max(np.abs(k))))),
+        ("chosen scale", f"2^{sig(scale_log2)} x amax/448 = {sig(float(chosen['scale'][0]))}"),
+        ("clipped elements", fmt_pct(float(chosen["clipped_fraction"][0]))),
+        ("rounding error (rel. power)", sig(float(chosen["rounding_rel"][0]))),
+        ("clipping error (rel. power)", sig(float(chosen["clipping_rel"][0]))),
+        ("E4M3 rounding floor (closed form)", sig(floor)),
+        (
+            "E4M3 within 25% of its best",
+            f"2^{sig(float(near.min()))} .. 2^{sig(float(near.max()))} x amax/448",
+        ),
+        (
+            "best INT8 scale on the grid",
+            f"2^{sig(float(SCALE_LOG2[int(np.argmin(i['total_rel']))]))} x amax/127",
+        ),
+    ]
+    return View(
+        "E4M3 error of a K-like tensor vs its scale",
+        rows,
+        fig,
+        values={
+            "rounding_rel": float(chosen["rounding_rel"][0]),
+            "clipping_rel": float(chosen["clipping_rel"][0]),
+            "best_log2": float(SCALE_LOG2[best]),
+            "floor": floor,
+        },
+    )
+
+
+@explorer(
+    "kvcache.tiering",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    n_gpus=IntRange(1, 8, log=True, label="GPUs per replica (TP)"),
+    prefix_tokens=IntRange(1, 1048576, label="prefix tokens"),
+    kv_dtype=Choice(KV_DTYPES, label="KV cache"),
+    compute_dtype=Choice(COMPUTE_DTYPES, label="prefill matmuls"),
+    mfu=FloatRange(0.1, 1.0, 0.05, label="prefill MFU"),
+    ssd_drives=IntRange(1, 16, label="SSD drives per 8-GPU node"),
+    ssd_read_efficiency=FloatRange(0.1, 1.0, 0.05, label="SSD achieved / datasheet read"),
+    pcie_gbps=FloatRange(10.0, 450.0, 1.0, label="host->GPU GB/s per GPU"),
+)
+def tiering(
+    model: str,
+    gpu: str,
+    n_gpus: int,
+    prefix_tokens: int,
+    kv_dtype: str,
+    compute_dtype: str,
+    mfu: float,
+    ssd_drives: int,
+    ssd_read_efficiency: float,
+    pcie_gbps: float,
+) -> View:
+    """I018: per tier, the time to bring a prefix back against recomputing it."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    if compute_dtype not in g.dtypes:
+        raise ValueError(
+            f"{g.name} has no {compute_dtype} tensor cores; pick one of {', '.join(g.dtypes)}"
+        )
+    node = kt.default_node(
+        ssd_drives=ssd_drives,
+        ssd_read_efficiency=ssd_read_efficiency,
+        pcie_h2d_bandwidth=pcie_gbps * GB,
+    )
+    rows_t = kt.tier_costs(m, g, prefix_tokens, n_gpus, node, kv_dtype, "bf16", compute_dtype, mfu)
+    lengths = np.unique(np.geomspace(16, max(4 * prefix_tokens, 1 << 17), 48).astype(int))
+    rec = [kt.recompute_time_s(m, g, int(p), n_gpus, compute_dtype, mfu) for p in lengths]
+    fig, ax = _figure()
+    ax.loglog(lengths, rec, "k", lw=2, label="recompute (prefill)")
+    for t in rows_t[1:]:
+        ax.loglog(
+            lengths,
+            [kt.fetch_time_s(m, int(p), t.bandwidth, kv_dtype, t.latency_s) for p in lengths],
+            label=f"fetch from {t.name}",
+        )
+    ax.axvline(prefix_tokens, color="red", lw=1)
+    ax.minorticks_off()
+    ax.set_xlabel("prefix tokens")
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=7)
+    rows = [
+        ("KV per token", fmt_bytes(m.kv_bytes_per_token(kv_dtype), "KB")),
+        ("recompute FLOPs per KV byte", sig(kt.recompute_intensity(m, prefix_tokens, kv_dtype))),
+        (
+            "break-even tier bandwidth W*",
+            fmt_bandwidth(
+                kt.breakeven_bandwidth(m, g, prefix_tokens, n_gpus, kv_dtype, compute_dtype, mfu)
+            ),
+        ),
+        ("recompute the prefix", fmt_time(rows_t[0].recompute_s)),
+    ]
+    values = {"recompute_s": rows_t[0].recompute_s}
+    for t in rows_t:
+        label = t.name
+        if t.fetch_s == 0:
+            rows.append((f"{label}: holds", f"{fmt_count(t.capacity_tokens)} tokens, resident"))
+            continue
+        p_star = kt.breakeven_prefix_tokens(
+            m, g, t.bandwidth, t.latency_s, n_gpus, kv_dtype, compute_dtype, mfu
+        )
+        rows.append(
+            (
+                f"{label}: holds / reads at",
+                f"{fmt_count(t.capacity_tokens)} tokens / {fmt_bandwidth(t.bandwidth)}",
+            )
+        )
+        rows.append(
+            (
+                f"{label}: fetch, x faster than recompute",
+                f"{fmt_time(t.fetch_s)}, x{sig(t.speedup)}",
+            )
+        )
+        rows.append(
+            (
+                f"{label}: recompute wins below",
+                "never"
+                if p_star == 0
+                else ("always" if math.isinf(p_star) else f"{sig(p_star)} tokens"),
+            )
+        )
+        values[f"{label}_fetch_s"] = t.fetch_s
+    return View(
+        f"{m.key} on {n_gpus}x {g.key}: a {prefix_tokens}-token prefix", rows, fig, values=values
+    )
+
+
+@explorer(
+    "kvcache.ssd_wear",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    n_gpus=IntRange(1, 8, log=True, label="GPUs per replica (TP)"),
+    prompt_tokens=IntRange(1, 262144, label="prompt tokens"),
+    prefill_share=FloatRange(0.05, 1.0, 0.05, label="share of FLOPs on prefill"),
+    spill_fraction=FloatRange(0.05, 1.0, 0.05, label="share of new KV written to SSD"),
+    ssd_drives=IntRange(1, 16, label="SSD drives per node"),
+    capacity_tb=Choice((1.92, 3.84, 7.68, 15.36), label="drive capacity (TB)"),
+    dwpd=Choice((1.0, 3.0), label="rated DWPD (5 years)"),
+)
+def ssd_wear(
+    model: str,
+    gpu: str,
+    n_gpus: int,
+    prompt_tokens: int,
+    prefill_share: float,
+    spill_fraction: float,
+    ssd_drives: int,
+    capacity_tb: float,
+    dwpd: float,
+) -> View:
+    """I018: how long the node's SSD tier lasts under the KV a busy server spills to it."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    node = kt.default_node(
+        ssd_drives=ssd_drives, ssd_capacity_bytes=capacity_tb * TB, ssd_dwpd=dwpd
+    )
+    if node.gpus_per_node % n_gpus:
+        raise ValueError(f"n_gpus={n_gpus} must divide the node's {node.gpus_per_node} GPUs")
+    if m.num_attention_heads % n_gpus:
+        raise ValueError(
+            f"n_gpus={n_gpus} must divide the {m.num_attention_heads} attention heads of {m.key}"
+        )
+    out = kt.workload_defaults()["output_tokens_per_prompt_token"]
+    per_replica = kt.kv_write_rate(
+        m, g, prompt_tokens, n_gpus, "bf16", "bf16", 0.6, prefill_share, out, spill_fraction
+    )
+    rate = per_replica * node.gpus_per_node / n_gpus
+    wear = kt.ssd_wear(rate, node)
+    spills = np.linspace(0.05, 1.0, 40)
+    days = [kt.ssd_wear(rate / spill_fraction * s, node).lifetime_days for s in spills]
+    fig, ax = _figure()
+    ax.semilogy(spills, days, "k")
+    ax.axhline(7, color="grey", ls=":", lw=1, label="one week")
+    ax.axhline(365, color="grey", ls="--", lw=1, label="one year")
+    ax.axvline(spill_fraction, color="red", lw=1)
+    ax.minorticks_off()
+    ax.set_xlabel("share of new KV written to the SSD tier")
+    ax.set_ylabel("days to rated endurance")
+    ax.legend(fontsize=7)
+    rows = [
+        ("KV written, whole node", fmt_bandwidth(rate)),
+        ("drives absorb at most", fmt_bandwidth(node.ssd_drives * node.ssd_write_bandwidth)),
+        ("drive writes per day", sig(wear.drive_writes_per_day)),
+        ("rated endurance, all drives", fmt_bytes(wear.endurance_bytes, "TB")),
+        ("days to rated endurance", sig(wear.lifetime_days)),
+        ("days at the drives' full write rate", sig(wear.line_rate_lifetime_s / 86400)),
+        ("drives saturated", "yes: the tier must drop writes" if wear.saturated else "no"),
+    ]
+    return View(
+        f"SSD wear: {m.key} on {g.key}, {ssd_drives} x {capacity_tb} TB",
+        rows,
+        fig,
+        values={"write_rate": rate, "lifetime_days": wear.lifetime_days},
+    )

@@ -1,0 +1,388 @@
+"""Explorers for the prefix-caching questions of the KV-cache section: the radix cache stepped
+operation by operation (I090), hit rates and savings by workload (N027), chained hashes under
+collisions (I092), head- vs tail-first eviction and stranded bytes (I014), and recompute vs
+fetch by storage tier (I013)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lib import hardware, models
+from lib import kvcache_prefix as kp
+from lib.kvcache import (
+    chain_hashes,
+    cyclic_prefix_workload,
+    cyclic_steady_state,
+    shared_prefix_workload,
+    simulate,
+)
+from lib.units import GB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_time, sig
+from lib.widgets import Choice, FloatRange, IntRange, View, explorer
+
+MODELS = tuple(models.model_names())
+GPUS = tuple(hardware.gpu_names())
+TPS = (1, 2, 4, 8)
+KV_DTYPES = ("bf16", "fp8")
+NBSP = "\u00a0"
+
+
+def _figure(width: float = 6.0, height: float = 2.8, bottom: float = 0.18):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=72)
+    fig.subplots_adjust(left=0.11, right=0.97, top=0.95, bottom=bottom)
+    return fig, fig.add_subplot()
+
+
+def _bw(x: float) -> str:
+    return "none suffices" if not math.isfinite(x) else fmt_bandwidth(x)
+
+
+# ---- I090 -------------------------------------------------------------------------------------
+
+
+@explorer(
+    "kvcache.radix_steps",
+    scenario=Choice(kp.RADIX_SCENARIOS),
+    step=IntRange(0, 12, label="step"),
+    num_slots=IntRange(4, 64, label="KV slots in the pool"),
+)
+def radix_steps(scenario: str, step: int, num_slots: int) -> View:
+    """I090: replay a scripted scenario on a RadixCache and show the tree after ``step`` ops."""
+    description, ops = kp.radix_scenario(scenario)
+    steps = kp.replay_radix(ops, num_slots, upto=step)
+    last = steps[-1]
+    rows = [
+        ("scenario", description),
+        ("step", f"{last.index} of {len(ops)}" + (" (last)" if step > len(ops) else "")),
+        ("operation", last.op),
+        ("result", last.result),
+        (
+            "cached / free / pinned tokens",
+            f"{last.num_cached} / {last.num_free} / {last.num_pinned}",
+        ),
+    ]
+    for line in last.tree:
+        rows.append(("tree", line.replace(" ", NBSP)))
+    fig, ax = _figure(6.0, 1.0, bottom=0.45)
+    colors = {"free": "#dddddd", "cached": "#6baed6", "pinned": "#e6550d"}
+    for i, state in enumerate(last.slot_state):
+        ax.add_patch(_rect(i, colors[state]))
+    ax.set_xlim(0, num_slots)
+    ax.set_ylim(0, 1)
+    ax.set_yticks([])
+    ax.set_xlabel("KV slot (grey free, blue cached, orange pinned)")
+    return View(
+        f"RadixCache, scenario {scenario!r}, after step {last.index}",
+        rows,
+        fig,
+        values={
+            "num_cached": last.num_cached,
+            "num_free": last.num_free,
+            "num_pinned": last.num_pinned,
+        },
+    )
+
+
+def _rect(i: int, color: str):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((i, 0), 0.92, 1, color=color)
+
+
+# ---- N027 -------------------------------------------------------------------------------------
+
+_SCALE = 32  # trace tokens per simulated symbol in the explorer (hit rates are scale-free)
+
+
+@explorer(
+    "kvcache.prefix_hit_rates",
+    workload=Choice(kp.WORKLOADS),
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    tp=Choice(TPS, label="tensor parallel"),
+    system_prompt_tokens=IntRange(0, 8192, label="system prompt tokens"),
+    capacity_pct=FloatRange(0.05, 1.0, 0.05, label="cache capacity (fraction of unique tokens)"),
+    mfu=FloatRange(0.1, 1.0, 0.05, label="prefill MFU"),
+)
+def prefix_hit_rates(
+    workload: str,
+    model: str,
+    gpu: str,
+    tp: int,
+    system_prompt_tokens: int,
+    capacity_pct: float,
+    mfu: float,
+) -> View:
+    """N027: hit rate of four workloads through a RadixCache, and what the hits save."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    sys_units = -(-system_prompt_tokens // _SCALE)
+    turn_units = 256 // _SCALE
+    rates, chosen = {}, None
+    for kind in kp.WORKLOADS:
+        trace = kp.workload_trace(
+            kind,
+            num_requests=48,
+            system_prompt_tokens=sys_units,
+            turn_tokens=turn_units,
+            num_turns=4,
+            vocab_size=1_000_000,
+            seed=0,
+        )
+        unbounded = kp.simulate_radix_hits(trace, token_scale=_SCALE)
+        slots = max(
+            max(len(r) for r in trace), int(capacity_pct * unbounded.unique_tokens / _SCALE)
+        )
+        bounded = kp.simulate_radix_hits(trace, slots, token_scale=_SCALE)
+        rates[kind] = bounded.hit_rate
+        if kind == workload:
+            chosen, chosen_unbounded = bounded, unbounded
+    sav = kp.prefill_savings(m, chosen.prompt_tokens, chosen.hit_tokens)
+    rate = tp * g.peak_flops("bf16") * mfu
+    kv = m.kv_bytes_per_token("bf16")
+    rows = [
+        ("requests / prompt tokens", f"48 / {fmt_count(chosen.total_tokens)}"),
+        ("hit rate (unbounded cache)", fmt_pct(chosen_unbounded.hit_rate)),
+        ("hit rate at this capacity", fmt_pct(chosen.hit_rate)),
+        ("evicted tokens", fmt_count(chosen.evicted_tokens)),
+        ("KV without sharing (all prompts)", fmt_bytes(chosen.total_tokens * kv)),
+        ("KV in the radix tree (unique)", fmt_bytes(chosen_unbounded.unique_tokens * kv)),
+        ("prefill FLOPs saved", fmt_pct(sav.fraction_saved)),
+        ("prefill time saved on this replica", fmt_time(sav.flops_saved / rate)),
+        (
+            "radix nodes vs cached tokens",
+            f"{chosen_unbounded.num_nodes} vs {fmt_count(chosen_unbounded.unique_tokens)}",
+        ),
+    ]
+    fig, ax = _figure()
+    kinds = list(rates)
+    ax.bar(
+        range(len(kinds)),
+        [100 * rates[k] for k in kinds],
+        color=["#e6550d" if k == workload else "#6baed6" for k in kinds],
+    )
+    ax.set_xticks(range(len(kinds)), [k.replace("_", "\n") for k in kinds], fontsize=8)
+    ax.set_ylabel("token hit rate (%)")
+    ax.set_ylim(0, 100)
+    return View(
+        f"{workload} through a RadixCache at {fmt_pct(capacity_pct)} capacity ({m.key}, {g.key} x{tp})",
+        rows,
+        fig,
+        note=f"Traces simulated at {_SCALE} tokens per symbol (48 requests, 256 tokens per turn).",
+        values={
+            "hit_rate": chosen.hit_rate,
+            "hit_rate_unbounded": chosen_unbounded.hit_rate,
+            "fraction_saved": sav.fraction_saved,
+            **{f"rate_{k}": v for k, v in rates.items()},
+        },
+    )
+
+
+# ---- I092 -------------------------------------------------------------------------------------
+
+
+@explorer(
+    "kvcache.chained_hash_collisions",
+    hash_bits=IntRange(4, 64, label="hash bits"),
+    verify_on_hit=Choice((True, False), label="verify on hit"),
+    eviction_order=Choice(("tail_first", "head_first"), label="eviction order"),
+    num_blocks=IntRange(24, 256, label="blocks in the pool"),
+    num_requests=IntRange(10, 120, label="requests"),
+    seed=IntRange(0, 99, label="seed"),
+)
+def chained_hash_collisions(
+    hash_bits: int,
+    verify_on_hit: bool,
+    eviction_order: str,
+    num_blocks: int,
+    num_requests: int,
+    seed: int,
+) -> View:
+    """I092: a chained-hash block cache with a (possibly weak) hash, verified or not."""
+    work = shared_prefix_workload([8, 4, 6], num_requests, 16, suffix_blocks=2, seed=seed)
+    hash_fn = kp.truncated_hash(hash_bits)
+    runs = {
+        v: kp.run_block_cache(
+            work.requests,
+            num_blocks=num_blocks,
+            block_size=16,
+            hash_fn=hash_fn,
+            verify_on_hit=v,
+            eviction_order=eviction_order,
+            running=2,
+        )
+        for v in (True, False)
+    }
+    run = runs[verify_on_hit]
+    other = runs[not verify_on_hit]
+    distinct = len({b for r in work.requests for b in chain_hashes(r, 16)})
+    rows = [
+        ("distinct blocks named by the trace", f"{distinct}"),
+        (
+            "birthday P(some collision)",
+            fmt_pct(kp.birthday_collision_probability(distinct, hash_bits)),
+        ),
+        ("hit rate", fmt_pct(run.hit_rate)),
+        ("requests handed wrong KV", f"{run.wrong_kv_requests} of {num_requests}"),
+        ("max stranded blocks", f"{run.max_stranded_blocks}"),
+        (
+            f"with verify_on_hit={not verify_on_hit}",
+            f"hit {fmt_pct(other.hit_rate)}, wrong KV {other.wrong_kv_requests}",
+        ),
+    ]
+    if run.first_violation:
+        rows.append(("first wrong hit", run.first_violation))
+    fig, ax = _figure()
+    labels = ["verified", "unverified"]
+    ax.bar(
+        [0, 1],
+        [runs[True].wrong_kv_requests, runs[False].wrong_kv_requests],
+        color=["#31a354", "#de2d26"],
+    )
+    ax.set_xticks([0, 1], labels)
+    ax.set_ylabel("requests given wrong KV")
+    return View(
+        f"Chained hashes, {hash_bits}-bit, verify_on_hit={verify_on_hit}, {eviction_order}",
+        rows,
+        fig,
+        values={
+            "wrong": run.wrong_kv_requests,
+            "hit_rate": run.hit_rate,
+            "wrong_verified": runs[True].wrong_kv_requests,
+            "wrong_unverified": runs[False].wrong_kv_requests,
+        },
+    )
+
+
+# ---- I014 -------------------------------------------------------------------------------------
+
+
+@explorer(
+    "kvcache.eviction_stranding",
+    model=Choice(MODELS),
+    kv_dtype=Choice(KV_DTYPES, label="KV dtype"),
+    block_size=Choice((16, 32, 64), label="tokens per block"),
+    num_prefixes=IntRange(2, 8, label="prefixes P"),
+    prefix_blocks=IntRange(1, 48, label="blocks per prefix n"),
+    capacity_blocks=IntRange(1, 384, label="cache capacity C (blocks)"),
+)
+def eviction_stranding(
+    model: str,
+    kv_dtype: str,
+    block_size: int,
+    num_prefixes: int,
+    prefix_blocks: int,
+    capacity_blocks: int,
+) -> View:
+    """I014: cyclic prefixes through a block cache, head-first vs tail-first, against the closed form."""
+    m = models.model(model)
+    block_bytes = int(kp.kv_block_bytes(m, block_size, kv_dtype))
+    work = cyclic_prefix_workload(num_prefixes, prefix_blocks, 2 * num_prefixes + 2, block_size)
+    rows, values = [("KV bytes per block", fmt_bytes(block_bytes, "MB"))], {}
+    fig, ax = _figure()
+    for policy, color in (("head_first", "#de2d26"), ("tail_first", "#31a354")):
+        sim = simulate(policy, capacity_blocks, work, block_bytes)
+        closed = cyclic_steady_state(
+            policy, capacity_blocks, num_prefixes, prefix_blocks, block_bytes
+        )
+        skip = closed.warmup_requests
+        rows.append(
+            (
+                f"{policy}: hit rate sim / closed form",
+                f"{fmt_pct(sim.hit_rate(skip))} / {fmt_pct(closed.hit_rate)}",
+            )
+        )
+        rows.append(
+            (
+                f"{policy}: stranded sim / closed form",
+                f"{fmt_bytes(sim.stranded_bytes[-1])} / {fmt_bytes(closed.stranded_bytes)}",
+            )
+        )
+        ax.step(
+            range(len(sim.stranded_bytes)),
+            np.array(sim.stranded_bytes) / GB,
+            where="post",
+            color=color,
+            label=policy,
+        )
+        values[f"{policy}_stranded"] = sim.stranded_bytes[-1]
+        values[f"{policy}_closed"] = closed.stranded_bytes
+    ax.set_xlabel("request")
+    ax.set_ylabel("stranded KV (GB)")
+    ax.legend(fontsize=8)
+    return View(
+        f"{num_prefixes} prefixes of {prefix_blocks} blocks, capacity {capacity_blocks} blocks ({m.key})",
+        rows,
+        fig,
+        note="Closed form: head-first strands (C mod n) blocks and never hits; tail-first strands 0 and hits clip(C-(P-1)n, 0, n)/n.",
+        values=values,
+    )
+
+
+# ---- I013 -------------------------------------------------------------------------------------
+
+
+@explorer(
+    "kvcache.recompute_vs_fetch",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    tp=Choice(TPS, label="tensor parallel"),
+    prefix_tokens=IntRange(16, 131072, label="prefix tokens", log=True),
+    suffix_tokens=IntRange(0, 4096, label="new tokens in the same pass"),
+    mfu=FloatRange(0.1, 1.0, 0.05, label="prefill MFU"),
+    kv_dtype=Choice(KV_DTYPES, label="KV dtype"),
+)
+def recompute_vs_fetch(
+    model: str, gpu: str, tp: int, prefix_tokens: int, suffix_tokens: int, mfu: float, kv_dtype: str
+) -> View:
+    """I013: recompute a prefix or fetch its KV from each storage tier; break-even bandwidth."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    tiers = kp.available_tiers(g)
+    kw = dict(suffix_len=suffix_tokens, tp=tp, mfu=mfu, kv_dtype=kv_dtype)
+    rec = kp.recompute_time_s(m, g, prefix_tokens, **kw)
+    rows = [
+        ("recompute FLOPs per KV byte", sig(kp.flops_per_kv_byte(m, prefix_tokens, kv_dtype))),
+        ("recompute time", fmt_time(rec) if rec > 0 else "0 (rides in a memory-bound pass)"),
+        (
+            "break-even bandwidth, no latency",
+            _bw(kp.breakeven_bandwidth(m, g, prefix_tokens, **kw)),
+        ),
+    ]
+    values = {"recompute_s": rec}
+    for t in tiers:
+        r = kp.compare_recompute_fetch(m, g, prefix_tokens, t, **kw)
+        verdict = (
+            f"fetch wins {sig(r.speedup, 2)}x"
+            if r.winner == "fetch"
+            else ("recompute wins" + (f" {sig(1 / r.speedup, 2)}x" if r.speedup > 0 else ""))
+        )
+        rows.append(
+            (f"{t.key} ({fmt_bandwidth(t.bandwidth)}/GPU)", f"{fmt_time(r.fetch_s)}: {verdict}")
+        )
+        values[f"fetch_{t.key}"] = r.fetch_s
+    fig, ax = _figure()
+    grid = np.unique(np.geomspace(16, 131072, 28).astype(int))
+    rec_ms = [kp.recompute_time_s(m, g, int(p), **kw) * 1e3 for p in grid]
+    ax.plot(grid, [t if t > 0 else np.nan for t in rec_ms], color="black", lw=2, label="recompute")
+    for t in tiers:
+        ax.plot(
+            grid,
+            [kp.fetch_time_s(m, int(p), t, tp=tp, kv_dtype=kv_dtype) * 1e3 for p in grid],
+            lw=1,
+            label=t.key,
+        )
+    ax.axvline(prefix_tokens, color="grey", ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.minorticks_off()
+    ax.set_xlabel("prefix tokens")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=7, ncol=2)
+    return View(
+        f"Recompute vs fetch: {m.key} on {g.key} x{tp}, {prefix_tokens} prefix tokens",
+        rows,
+        fig,
+        values=values,
+    )

@@ -1,0 +1,266 @@
+"""Explorers for the per-kernel decode questions: kernel ranking (I008), the batch-1 gap (I007)
+and where the roofline breaks (I009)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lib import decode_kernels as dk
+from lib import gaps, hardware, models
+from lib import roofline as rf
+from lib.units import US, fmt_bytes, fmt_pct, fmt_time, sig
+from lib.widgets import Choice, FloatRange, IntRange, View, explorer
+
+DENSE_MODELS = tuple(
+    k for k in models.model_names() if not models.model(k).is_moe and not models.model(k).is_mla
+)
+GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+
+
+def _figure(width: float = 6.4, height: float = 3.4):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=72)
+    return fig, fig.add_subplot()
+
+
+def _compute_dtype(chip, weight_dtype: str) -> str:
+    return "fp8" if weight_dtype == "fp8" and "fp8" in chip.dtypes else "bf16"
+
+
+def _check_fits(m, g, tp: int, weight_dtype: str, kv_bytes_total: float) -> None:
+    fits, per_gpu = rf.fits_in_memory(m, g, tp, weight_dtype, kv_bytes_total)
+    if not fits:
+        raise ValueError(
+            f"{m.key} in {weight_dtype} with this KV cache needs {fmt_bytes(per_gpu)} per GPU; "
+            f"{g.key} has {fmt_bytes(g.memory_bytes)}: raise tp, shrink batch/context or quantize"
+        )
+
+
+@explorer(
+    "roofline.kernel_ranking",
+    model=Choice(DENSE_MODELS),
+    gpu=Choice(tuple(hardware.gpu_names())),
+    tp=IntRange(1, 16, log=True, label="tensor parallel"),
+    weight_dtype=Choice(("bf16", "fp8", "int4"), label="weights"),
+    kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
+    batch=IntRange(1, 512, label="batch (sequences)"),
+    context=IntRange(1, 131072, label="context tokens"),
+)
+def kernel_ranking(
+    model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, batch: int, context: int
+) -> View:
+    """I008: each kernel's intensity against batch; where attention drops below the GEMMs."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    cdt = _compute_dtype(g, weight_dtype)
+    table = dk.decode_step_kernels(m, g, batch, context, tp, weight_dtype, kv_dtype, "bf16", cdt)
+    att = dk.attention_decode_intensity(m, context, kv_dtype, tp=tp)
+    shapes = dk.gemm_shapes(m, tp)
+    cross = {}
+    for name in GEMMS:
+        k, n, _ = shapes[name]
+        try:
+            cross[name] = dk.gemm_attention_crossover_batch(
+                k, n, att, weight_dtype, out_bytes=dk.LOGIT_BYTES if name == "lm_head" else None
+            )
+        except ValueError:
+            cross[name] = float("inf")
+    batches = np.geomspace(1, 512, 60)
+    curves = {}
+    for name in GEMMS:
+        k, n, bias = shapes[name]
+        out = dk.LOGIT_BYTES if name == "lm_head" else None
+        curves[name] = dk.gemm_intensity(k, n, batches, weight_dtype, "bf16", bias, out)
+    fig, ax = _figure()
+    for name in GEMMS:
+        ax.loglog(batches, curves[name], lw=1.2, label=name)
+    ax.axhline(att, color="black", lw=2, label=f"attention ({sig(att)})")
+    ax.axhline(
+        g.ridge_point(cdt), color="grey", ls="--", lw=1, label=f"ridge {sig(g.ridge_point(cdt))}"
+    )
+    ax.axvline(batch, color="red", lw=1)
+    ax.set_xlabel("batch (sequences decoding together)")
+    ax.set_ylabel("FLOP / byte")
+    ax.minorticks_off()
+    ax.legend(fontsize=7, ncol=2)
+    fig.subplots_adjust(bottom=0.16)
+    by = {r.name: r for r in table}
+    gemm_t = sum(by[n].time_s for n in GEMMS)
+    elem_t = sum(r.time_s for r in table if r.category in ("elementwise", "sampling"))
+    fits, _ = rf.fits_in_memory(
+        m, g, tp, weight_dtype, batch * context * m.kv_bytes_per_token(kv_dtype)
+    )
+    rows = [
+        ("attention intensity (any batch)", f"{sig(att)} FLOP/B"),
+        (
+            "GEMM intensity at this batch",
+            f"{sig(min(by[n].intensity for n in GEMMS))}"
+            f"-{sig(max(by[n].intensity for n in GEMMS))} FLOP/B",
+        ),
+        ("ranking flips at batch", f"{sig(min(cross.values()))}-{sig(max(cross.values()))}"),
+        ("weight GEMMs (roofline)", fmt_time(gemm_t)),
+        ("attention (roofline)", fmt_time(by["attention"].time_s)),
+        ("elementwise + sampling (roofline)", fmt_time(elem_t)),
+        ("fits in memory", "yes" if fits else "no (roofline only)"),
+    ]
+    return View(
+        f"{m.key} on {tp}x {g.key}, batch {batch}, context {context}",
+        rows,
+        fig,
+        values={
+            "attention_intensity": att,
+            "crossover_min": min(cross.values()),
+            "crossover_max": max(cross.values()),
+            "gemm_s": gemm_t,
+            "attention_s": by["attention"].time_s,
+            "elementwise_s": elem_t,
+        },
+    )
+
+
+@explorer(
+    "roofline.batch1_gap",
+    model=Choice(DENSE_MODELS),
+    gpu=Choice(tuple(hardware.gpu_names())),
+    tp=IntRange(1, 16, log=True, label="tensor parallel"),
+    context=IntRange(1, 131072, label="context tokens"),
+    cuda_graphs=Choice((True, False), label="CUDA graphs"),
+    fusion=Choice(dk.FUSION_LEVELS, label="elementwise fusion"),
+    hbm_efficiency=FloatRange(0.3, 1.0, 0.01, label="achieved HBM fraction"),
+    allreduce_us=FloatRange(0.0, 100.0, 0.5, label="all-reduce latency (µs)"),
+    host_step_us=FloatRange(0.0, 5000.0, 10.0, label="host time per step (µs)"),
+)
+def batch1_gap(
+    model: str,
+    gpu: str,
+    tp: int,
+    context: int,
+    cuda_graphs: bool,
+    fusion: str,
+    hbm_efficiency: float,
+    allreduce_us: float,
+    host_step_us: float,
+) -> View:
+    """I007: one batch-1 decode step as a trace, sorted into suspects."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    _check_fits(m, g, tp, "bf16", context * m.kv_bytes_per_token("bf16"))
+    ov = gaps.default_overheads(
+        fusion=fusion,
+        hbm_efficiency=hbm_efficiency,
+        allreduce_latency_s=allreduce_us * US,
+        host_step_s=host_step_us * US,
+        cpu_launch_s=None
+        if cuda_graphs
+        else gaps.assumption("overhead_us", "eager_cpu_per_launch") * US,
+    )
+    trace = gaps.decode_trace(m, g, tp, 1, context, overheads=ov)
+    b = gaps.attribute_trace(trace)
+    floor = rf.decode_step(m, g, tp, 1, 0).memory_s
+    fig, ax = _figure(6.4, 2.4)
+    left = 0.0
+    for key in ("floor",) + gaps.BUCKETS:
+        ax.barh(
+            [0],
+            [b[key] * 1e3],
+            left=left,
+            label="floor" if key == "floor" else gaps.BUCKET_LABEL[key],
+        )
+        left += b[key] * 1e3
+    ax.axvline(floor * 1e3, color="black", lw=1)
+    ax.set_yticks([])
+    ax.set_xlabel("ms per decode step (black line: params x bytes / tp / W)")
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    fig.subplots_adjust(bottom=0.5)
+    rows = [
+        ("roofline floor (params x bytes / tp / W)", fmt_time(floor)),
+        ("matmul-weight floor (what the step reads)", fmt_time(b["floor"])),
+    ]
+    for key in sorted(gaps.BUCKETS, key=lambda k: -b[k]):
+        rows.append((gaps.BUCKET_LABEL[key], fmt_time(b[key])))
+    rows += [
+        ("modelled step", fmt_time(trace.step_s)),
+        ("step / floor", f"{sig(trace.step_s / floor)}x"),
+    ]
+    return View(
+        f"{m.key} on {tp}x {g.key}, batch 1, context {context}",
+        rows,
+        fig,
+        values={**b, "step": trace.step_s, "floor_params": floor},
+    )
+
+
+@explorer(
+    "roofline.where_it_breaks",
+    model=Choice(DENSE_MODELS),
+    gpu=Choice(tuple(hardware.gpu_names())),
+    tp=IntRange(1, 16, log=True, label="tensor parallel"),
+    batch=IntRange(1, 512, label="decode batch"),
+    prompt_len=IntRange(1, 65536, label="prompt tokens"),
+    output_len=IntRange(1, 8192, label="output tokens"),
+    allreduce_us=FloatRange(0.0, 100.0, 0.5, label="all-reduce latency (µs)"),
+    clock_fraction=FloatRange(0.5, 1.0, 0.01, label="sustained clock fraction"),
+)
+def where_it_breaks(
+    model: str,
+    gpu: str,
+    tp: int,
+    batch: int,
+    prompt_len: int,
+    output_len: int,
+    allreduce_us: float,
+    clock_fraction: float,
+) -> View:
+    """I009: the twenty-line plan and what each break adds to its decode step."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    context = prompt_len + output_len // 2
+    _check_fits(m, g, tp, "bf16", batch * context * m.kv_bytes_per_token("bf16"))
+    ov = gaps.default_overheads(allreduce_latency_s=allreduce_us * US)
+    rows_w = gaps.plan_waterfall(
+        m,
+        g,
+        tp,
+        batch,
+        context,
+        prompt_len,
+        output_len,
+        overheads=ov,
+        clock_fraction=clock_fraction,
+    )
+    plan = rows_w[0][1]
+    total = sum(v for _, v in rows_w)
+    fig, ax = _figure(6.4, 3.2)
+    left = 0.0
+    for i, (_label, v) in enumerate(rows_w):
+        ax.barh(
+            [len(rows_w) - 1 - i],
+            [v * 1e3],
+            left=[left * 1e3 if i else 0.0],
+            color="#4c72b0" if i == 0 else "#c44e52",
+        )
+        left += v
+    ax.set_yticks(range(len(rows_w)))
+    ax.set_yticklabels([lbl for lbl, _ in rows_w][::-1], fontsize=7)
+    ax.set_xlabel("ms per decode step")
+    fig.subplots_adjust(left=0.42, bottom=0.16)
+    rows = [(label, fmt_time(v)) for label, v in rows_w]
+    rows += [
+        ("realistic step", fmt_time(total)),
+        ("plan tokens/s per replica", sig(batch / plan)),
+        ("realistic tokens/s per replica", sig(batch / total)),
+        ("plan / realistic", f"{sig(total / plan)}x"),
+        (
+            "prompt tokens per step",
+            sig(gaps.prefill_tokens_per_step(batch, prompt_len, output_len)),
+        ),
+        (
+            "KV in use per GPU",
+            fmt_bytes(batch * context * m.kv_bytes_per_token("bf16") * rf.kv_shard_fraction(m, tp)),
+        ),
+        ("share lost to the breaks", fmt_pct(1 - plan / total)),
+    ]
+    return View(
+        f"{m.key} on {tp}x {g.key}, batch {batch}, {prompt_len}+{output_len} tokens",
+        rows,
+        fig,
+        values={"plan_s": plan, "total_s": total},
+    )

@@ -1,0 +1,356 @@
+"""Explorers for the roofline questions on FLOPs per token, the prefill/decode crossover, the
+prefill floor, decode batching against the KV cache, and decode-attention intensity
+(I002, I004, I006, N002, N023, N039)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lib import attention_intensity as ai
+from lib import hardware, models
+from lib import prefill as pf
+from lib import roofline as rf
+from lib.dtypes import bytes_per_element
+from lib.units import MS, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_time, sig
+from lib.widgets import Choice, FloatRange, IntRange, View, explorer
+
+MODELS = tuple(models.model_names())
+GPUS = tuple(hardware.gpu_names())
+WEIGHT_DTYPES = ("bf16", "fp8", "int4")
+MATMUL_DTYPES = ("bf16", "fp8")
+KV_DTYPES = ("bf16", "fp8")
+
+
+def _figure(width: float = 6.0, height: float = 3.0):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=72)
+    return fig, fig.add_subplot()
+
+
+def _tokens(x: float) -> str:
+    return "none (never)" if not math.isfinite(x) else f"{sig(x)} tokens"
+
+
+def _weights_read(m, batches, dtype: str) -> np.ndarray:
+    """Weight bytes one pass reads for each token count (MoE aware; dense: a constant)."""
+    if not m.is_moe:
+        return np.full(len(batches), m.params_total * bytes_per_element(dtype))
+    return np.array([rf.weight_bytes_read_per_step(m, int(b), dtype) for b in batches])
+
+
+def _check_fits(m, g, tp: int, weight_dtype: str, kv_bytes: float = 0.0) -> None:
+    fits, per_gpu = rf.fits_in_memory(m, g, tp, weight_dtype, kv_bytes)
+    if not fits:
+        raise ValueError(
+            f"{m.key} in {weight_dtype} needs {fmt_bytes(per_gpu)} per GPU at tp={tp}; "
+            f"{g.key} has {fmt_bytes(g.memory_bytes)}: raise tp or quantize"
+        )
+
+
+@explorer(
+    "roofline.flops_per_token",
+    model=Choice(MODELS),
+    context=IntRange(0, 262144, label="context tokens"),
+)
+def flops_per_token(model: str, context: int) -> View:
+    """I002: the 2N rule rebuilt from the config, and the context where attention catches up."""
+    m = models.model(model)
+    inv = pf.weight_inventory(m)
+    lookup = sum(r.params_stored for r in inv if r.kind == "lookup")
+    elementwise = sum(r.params_stored for r in inv if r.kind == "elementwise")
+    two_n, attn = m.weight_flops_per_token(), m.attention_flops_per_token(context)
+    breakeven = m.attention_breakeven_context()
+    hi = int(max(2.2 * breakeven, 1.3 * context, 1024))
+    c = np.linspace(0, hi, 120)
+    a = m.attention_flops_per_token(1) * c
+    fig, ax = _figure()
+    ax.stackplot(
+        c / 1e3,
+        [np.full_like(c, two_n / 1e9), a / 1e9],
+        labels=["2N (weights)", "attention"],
+        alpha=0.7,
+    )
+    ax.axvline(breakeven / 1e3, color="black", ls="--", lw=1, label=f"breakeven {sig(breakeven)}")
+    ax.axvline(context / 1e3, color="red", lw=1, label=f"context {context}")
+    ax.set_xlabel("context (thousand tokens)")
+    ax.set_ylabel("GFLOP per token")
+    ax.legend(fontsize=7, loc="upper left")
+    rows = [
+        ("stored parameters", fmt_count(m.params_total)),
+        ("active parameters", fmt_count(m.params_active)),
+        ("lookup tables (no FLOPs)", fmt_count(lookup)),
+        ("norms and biases (elementwise)", fmt_count(elementwise)),
+        ("matmul parameters N", fmt_count(m.matmul_params_active)),
+        ("2 x stored params", f"{sig(2 * m.params_total / 1e9)} GFLOP"),
+        ("2N (matmul)", f"{sig(two_n / 1e9)} GFLOP"),
+        ("attention at this context", f"{sig(attn / 1e9)} GFLOP"),
+        ("attention share", fmt_pct(attn / (two_n + attn))),
+        ("breakeven context (one token)", f"{sig(breakeven)} tokens"),
+        ("breakeven window, Kaplan form", f"{sig(2 * breakeven)} tokens"),
+    ]
+    return View(
+        f"{m.key}: FLOPs per token at context {context}",
+        rows,
+        fig,
+        values={"two_n": two_n, "attention": attn, "breakeven": breakeven},
+    )
+
+
+@explorer(
+    "roofline.crossover_coincidence",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    weight_dtype=Choice(WEIGHT_DTYPES, label="weights"),
+    compute_dtype=Choice(MATMUL_DTYPES, label="matmuls"),
+)
+def crossover_coincidence(model: str, gpu: str, weight_dtype: str, compute_dtype: str) -> View:
+    """I006: tokens per pass where weight read = matmul time, against the chip's ridge point."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    ridge = g.ridge_point(compute_dtype)
+    cross = pf.weight_read_crossover_tokens(m, g, weight_dtype, compute_dtype)
+    names, crosses, ridges = [], [], []
+    for key in GPUS:
+        chip = hardware.gpu(key)
+        if compute_dtype in chip.dtypes:
+            names.append(key)
+            crosses.append(pf.weight_read_crossover_tokens(m, chip, weight_dtype, compute_dtype))
+            ridges.append(chip.ridge_point(compute_dtype))
+    fig, ax = _figure(6.0, 2.8)
+    x = np.arange(len(names))
+    ax.bar(x - 0.2, ridges, 0.4, label=f"ridge, {compute_dtype} (FLOP/byte)")
+    ax.bar(x + 0.2, crosses, 0.4, label="crossover (tokens per pass)")
+    ax.set_xticks(x, names, rotation=30, fontsize=7)
+    ax.legend(fontsize=7)
+    fig.subplots_adjust(bottom=0.25)
+    rows = [
+        ("ridge point", f"{sig(ridge)} FLOP/byte"),
+        ("crossover", f"{sig(cross)} tokens per pass"),
+        ("crossover / ridge", sig(cross / ridge)),
+        ("bytes per weight / 2 FLOPs", sig(bytes_per_element(weight_dtype) / 2)),
+        ("stored / matmul params", sig(m.params_total / m.matmul_params_active, 4)),
+    ]
+    return View(
+        f"{m.key} on {g.key}: {weight_dtype} weights, {compute_dtype} matmuls",
+        rows,
+        fig,
+        values={"ridge": ridge, "crossover": cross},
+    )
+
+
+@explorer(
+    "roofline.pass_bottleneck",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    tp=IntRange(1, 64, log=True, label="tensor parallel"),
+    dtype=Choice(MATMUL_DTYPES, label="weights and matmuls"),
+    tokens=IntRange(1, 131072, label="tokens in the pass"),
+)
+def pass_bottleneck(model: str, gpu: str, tp: int, dtype: str, tokens: int) -> View:
+    """N023: one forward pass reads every weight; does the read or the matmul bind at T tokens?"""
+    m, g = models.model(model), hardware.gpu(gpu)
+    rf.decode_step(m, g, tp, 1, 0, dtype, dtype, dtype)  # validates tp and dtypes
+    _check_fits(m, g, tp, dtype)
+    read_s = rf.weight_bytes_read_per_step(m, tokens, dtype) / tp / g.memory_bandwidth
+    matmul_s = m.weight_flops_per_token() * tokens / tp / g.peak_flops(dtype)
+    cross = pf.weight_read_crossover_tokens(m, g, dtype, dtype)
+    t = np.unique(np.geomspace(1, max(4 * tokens, 8 * cross, 16), 40).astype(int))
+    reads = _weights_read(m, t, dtype) / tp / g.memory_bandwidth / MS
+    fig, ax = _figure()
+    ax.loglog(t, reads, label="weight read")
+    ax.loglog(
+        t, m.weight_flops_per_token() * t / tp / g.peak_flops(dtype) / MS, label="matmul at peak"
+    )
+    ax.axvline(cross, color="grey", ls="--", lw=1, label=f"crossover {sig(cross)}")
+    ax.axvline(tokens, color="red", lw=1, label=f"this pass: {tokens}")
+    ax.set_xlabel("tokens in one forward pass")
+    ax.set_ylabel("ms per pass (per GPU)")
+    ax.minorticks_off()
+    ax.legend(fontsize=7)
+    step = max(read_s, matmul_s)
+    rows = [
+        ("weight read", fmt_time(read_s)),
+        ("matmul at peak", fmt_time(matmul_s)),
+        ("bound", "weight read (memory)" if read_s > matmul_s else "matmul (compute)"),
+        ("binding / other", f"{sig(max(read_s, matmul_s) / min(read_s, matmul_s))}x"),
+        ("time per token in the pass", fmt_time(step / tokens)),
+        ("crossover", f"{sig(cross)} tokens"),
+    ]
+    return View(
+        f"{m.key} on {tp}x {g.key} ({dtype}), {tokens} tokens per pass",
+        rows,
+        fig,
+        values={"read_s": read_s, "matmul_s": matmul_s, "crossover": cross},
+    )
+
+
+@explorer(
+    "roofline.prefill_floor",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    n_gpus=IntRange(1, 64, log=True, label="GPUs in the replica (TP)"),
+    dtype=Choice(MATMUL_DTYPES, label="weights and matmuls"),
+    prompt_len=IntRange(1, 131072, label="prompt tokens"),
+    mfu=FloatRange(0.1, 1.0, 0.05, label="achieved fraction of peak"),
+    include_attention=Choice((True, False), label="count attention FLOPs"),
+)
+def prefill_floor(
+    model: str,
+    gpu: str,
+    n_gpus: int,
+    dtype: str,
+    prompt_len: int,
+    mfu: float,
+    include_attention: bool,
+) -> View:
+    """N039: prefill time = FLOPs / effective replica FLOP/s, and the TTFT it implies."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    est = pf.prefill_estimate(m, g, prompt_len, n_gpus, mfu, dtype, dtype, dtype, include_attention)
+    _check_fits(m, g, n_gpus, dtype, prompt_len * m.kv_bytes_per_token(dtype))
+    comm = pf.prefill_allreduce_s(
+        m, g, prompt_len, n_gpus, bus_efficiency=pf.assumptions()["allreduce_bus_efficiency"]
+    )
+    lengths = np.geomspace(16, max(2 * prompt_len, 1024), 60)
+    per_key = m.attention_flops_per_token(1) if include_attention else 0.0
+    flops = m.weight_flops_per_token() * lengths + per_key * lengths * (lengths + 1) / 2
+    peak = n_gpus * g.peak_flops(dtype)
+    fig, ax = _figure()
+    for frac, style in ((1.0, "--"), (mfu, "-")):
+        ax.loglog(
+            lengths, flops / (peak * frac), style, label=f"compute at {fmt_pct(frac)} of peak"
+        )
+    ax.axhline(est.memory_s, color="grey", lw=1, label="weight-read floor")
+    ax.plot([prompt_len], [est.time_s], "o", color="red")
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("seconds")
+    ax.minorticks_off()
+    ax.legend(fontsize=7)
+    rows = [
+        ("FLOPs", f"{sig(est.flops / 1e15)} PFLOP"),
+        ("of which attention", fmt_pct(est.flops_attention / est.flops)),
+        ("effective replica FLOP/s", fmt_flops(est.replica_flops_per_s)),
+        ("compute time", fmt_time(est.compute_s)),
+        ("weight-read floor", fmt_time(est.memory_s)),
+        ("prefill floor", f"{fmt_time(est.time_s)} ({est.bound}-bound)"),
+        ("TP all-reduces if not overlapped", fmt_time(comm)),
+        (
+            "TTFT, queueing excluded",
+            f"{fmt_time(pf.ttft_s(est))} to {fmt_time(pf.ttft_s(est, comm_s=comm))}",
+        ),
+    ]
+    return View(
+        f"{m.key}, {prompt_len}-token prompt on {n_gpus}x {g.key} ({dtype})",
+        rows,
+        fig,
+        values={"prefill_s": est.time_s, "comm_s": comm},
+    )
+
+
+@explorer(
+    "roofline.decode_batch_ceiling",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    tp=IntRange(1, 64, log=True, label="tensor parallel"),
+    weight_dtype=Choice(WEIGHT_DTYPES, label="weights"),
+    kv_dtype=Choice(KV_DTYPES, label="KV cache"),
+    context=IntRange(1, 131072, label="context tokens per sequence"),
+    memory_utilization=FloatRange(0.5, 1.0, 0.01, label="usable HBM fraction"),
+)
+def decode_batch_ceiling(
+    model: str,
+    gpu: str,
+    tp: int,
+    weight_dtype: str,
+    kv_dtype: str,
+    context: int,
+    memory_utilization: float,
+) -> View:
+    """N002: decode intensity ~ batch, the ridge batch, and the batch the KV cache allows."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    ridge = g.ridge_point("bf16")
+    b_max = pf.kv_capacity_sequences(m, g, context, tp, weight_dtype, kv_dtype, memory_utilization)
+    ridge_batch = pf.weight_read_crossover_tokens(m, g, weight_dtype, "bf16")
+    step_ridge = pf.decode_ridge_batch(m, g, context, tp, weight_dtype, kv_dtype)
+    limit = pf.decode_intensity_limit(m, context, tp, kv_dtype)
+    hi = int(max(4 * ridge_batch, 2 * b_max, 16))
+    b = np.unique(np.geomspace(1, hi, 40).astype(int))
+    w = _weights_read(m, b, weight_dtype) / tp
+    kv_seq = context * m.kv_bytes_per_token(kv_dtype) * rf.kv_shard_fraction(m, tp)
+    fig, ax = _figure()
+    ax.loglog(b, b * m.weight_flops_per_token() / tp / w, label="weight GEMMs only")
+    ax.loglog(
+        b,
+        b * m.flops_per_token(context) / tp / (w + b * kv_seq),
+        label=f"whole step, KV at {context} tokens",
+    )
+    ax.axhline(ridge, color="grey", ls="--", lw=1, label=f"ridge {sig(ridge)}")
+    if b_max >= 1:
+        ax.axvline(b_max, color="red", lw=1, label=f"KV capacity {b_max}")
+    ax.set_xlabel("batch (sequences)")
+    ax.set_ylabel("FLOP/byte")
+    ax.minorticks_off()
+    ax.legend(fontsize=7)
+    at_cap = (
+        pf.decode_intensity(m, b_max, context, tp, weight_dtype, kv_dtype) if b_max >= 1 else 0.0
+    )
+    rows = [
+        ("ridge (BF16)", f"{sig(ridge)} FLOP/byte"),
+        ("batch where weight GEMMs reach it", sig(ridge_batch)),
+        ("KV-capacity batch ceiling", str(b_max)),
+        ("ceiling vs ridge batch", "above" if b_max >= ridge_batch else "below"),
+        ("whole-step intensity at ceiling", f"{sig(at_cap) if at_cap else '-'} FLOP/byte"),
+        ("whole-step limit (infinite batch)", f"{sig(limit)} FLOP/byte"),
+        (
+            "batch where whole step reaches ridge",
+            "none" if not math.isfinite(step_ridge) else sig(step_ridge),
+        ),
+    ]
+    return View(
+        f"{m.key} on {tp}x {g.key}, context {context}",
+        rows,
+        fig,
+        values={"b_max": b_max, "ridge_batch": ridge_batch, "limit": limit},
+    )
+
+
+@explorer(
+    "roofline.attention_intensity",
+    model=Choice(MODELS),
+    gpu=Choice(GPUS),
+    kv_dtype=Choice(KV_DTYPES, label="KV cache"),
+    query_tokens=IntRange(1, 16, label="query tokens per sequence (MTP / speculation)"),
+    tp=IntRange(1, 64, log=True, label="tensor parallel"),
+    absorbed=Choice((True, False), label="MLA absorbed"),
+    context=IntRange(1, 131072, label="context tokens"),
+)
+def attention_intensity(
+    model: str, gpu: str, kv_dtype: str, query_tokens: int, tp: int, absorbed: bool, context: int
+) -> View:
+    """I004: decode-attention intensity from the head-count ratio, for MHA, GQA and MLA."""
+    m, g = models.model(model), hardware.gpu(gpu)
+    geo = ai.attention_geometry(m, tp, absorbed)
+    limit = ai.decode_attention_intensity(m, None, query_tokens, kv_dtype, "bf16", tp, absorbed)
+    exact = ai.decode_attention_intensity(m, context, query_tokens, kv_dtype, "bf16", tp, absorbed)
+    at_256 = ai.decode_attention_flops_bytes(
+        m, context, 256, query_tokens, kv_dtype, "bf16", tp, absorbed
+    )
+    ridge = g.ridge_point("bf16")
+    fig = rf.plot_roofline(g, "bf16", {"attention": exact, "weight GEMMs, batch 64": 64.0})
+    rows = [
+        ("query heads per cached unit", sig(geo.heads_per_unit)),
+        ("cached elements per token per unit", str(geo.cache_elements_per_unit)),
+        ("intensity, long-context limit", f"{sig(limit)} FLOP/byte"),
+        ("intensity at this context", f"{sig(exact)} FLOP/byte"),
+        ("same at batch 256", f"{sig(at_256[0] / at_256[1])} FLOP/byte"),
+        ("ridge (BF16 matmuls)", f"{sig(ridge)} FLOP/byte"),
+        ("intensity / ridge", sig(exact / ridge)),
+        ("bound", "compute" if exact >= ridge else "memory"),
+    ]
+    return View(
+        f"{m.key} decode attention on {g.key} (tp={tp}, KV {kv_dtype})",
+        rows,
+        fig,
+        values={"limit": limit, "exact": exact, "ridge": ridge},
+    )

@@ -1,0 +1,531 @@
+"""One transformer FFN layer's three costs under tensor parallelism, and which one binds.
+
+For ``T`` tokens through an FFN of width ``d`` (model) and ``f`` (hidden) with ``k`` weight
+matrices (SwiGLU: gate, up, down, k = 3; GELU: up, down, k = 2), Megatron-sharded over ``n``
+GPUs (gate/up column-parallel, down row-parallel, one all-reduce of the output):
+
+    compute  = 2 k T d f / n / P                                   (FLOP / FLOP/s)
+    HBM      = [k d f b_w / n + T a(n) b_a] / W                    (weights + activations)
+    comm     = alpha(n) + 2 (n - 1) / n x T d b_a / B              (ring all-reduce)
+
+``a(n)`` is the activation elements per token that cross HBM: fused (each intermediate written
+once and read once) ``2d + 2f/n``; unfused SwiGLU (separate SiLU-and-mul kernel) ``2d + 6f/n``;
+unfused GELU ``2d + 4f/n``. ``P`` is the dense peak, ``W`` the HBM bandwidth, ``B`` the link
+bandwidth per direction per GPU (NVLink inside a node, the NIC across nodes) and ``alpha`` the
+per-call latency. The largest of the three binds; the all-reduce waits on the down projection,
+so without overlap the layer takes ``max(compute, HBM) + comm``. SI units inside.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lib.dtypes import bytes_per_element
+from lib.hardware import GPU, gpu
+from lib.models import Model, model
+from lib.tpdecode import allreduce_latency_s
+
+MLP_KINDS = ("swiglu", "gelu")
+LINKS = ("auto", "nvlink", "network")
+BOUNDS = ("compute", "HBM", "comm latency", "comm bandwidth")
+GPUS_PER_NODE = 8
+
+
+@dataclass(frozen=True)
+class FFNShape:
+    """An FFN's widths and form: ``kind`` is 'swiglu' (3 matrices) or 'gelu' (2 matrices)."""
+
+    d_model: int
+    d_ff: int
+    kind: str = "swiglu"
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "d_ff"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.kind not in MLP_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(MLP_KINDS)}; got {self.kind!r}")
+
+    @property
+    def matrices(self) -> int:
+        """Weight matrices: 3 for SwiGLU (gate, up, down), 2 for GELU (up, down)."""
+        return 3 if self.kind == "swiglu" else 2
+
+    @property
+    def weight_params(self) -> int:
+        """k x d x f (biases ignored)."""
+        return self.matrices * self.d_model * self.d_ff
+
+
+def ffn_shape(mdl: str | Model, kind: str | None = None) -> FFNShape:
+    """The FFN of ``mdl`` (for MoE: one routed expert's FFN); ``kind`` overrides its form."""
+    m = model(mdl)
+    native = "gelu" if m.mlp == "gelu_2matrix" else "swiglu"
+    f = m.expert_intermediate_size if m.is_moe else m.intermediate_size
+    return FFNShape(m.hidden_size, f, kind or native)
+
+
+def activation_elements_per_token(shape: FFNShape, tp: int, fused: bool = True) -> float:
+    """Activation elements per token one GPU moves through HBM: c_d d + c_f f / tp.
+
+    fused: input read, hidden written and read once, output written: 2d + 2f/tp.
+    unfused SwiGLU: gate|up written and read, hidden written and read: 2d + 6f/tp.
+    unfused GELU: pre-activation and activation each written and read: 2d + 4f/tp.
+    """
+    _check_tp(tp)
+    c_f = 2 if fused else (6 if shape.kind == "swiglu" else 4)
+    return 2 * shape.d_model + c_f * shape.d_ff / tp
+
+
+def _check_tp(tp) -> None:
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+
+
+def _check_tokens(tokens) -> None:
+    if (
+        isinstance(tokens, bool)
+        or not isinstance(tokens, int | float)
+        or not (tokens >= 1 and math.isfinite(tokens))
+    ):
+        raise ValueError(f"tokens must be a finite number >= 1, got {tokens!r}")
+
+
+def link_for(tp: int, link: str = "auto") -> str:
+    """'nvlink' or 'network' for a TP group of ``tp``: ``auto`` stays on NVLink within a node of 8."""
+    _check_tp(tp)
+    if link not in LINKS:
+        raise ValueError(f"link must be one of {', '.join(LINKS)}; got {link!r}")
+    if link == "auto":
+        return "nvlink" if tp <= GPUS_PER_NODE else "network"
+    return link
+
+
+def link_params(chip: str | GPU, tp: int, link: str = "auto") -> tuple[float, float]:
+    """(bytes/s per direction per GPU, per-call latency s) of the all-reduce link for ``tp`` GPUs."""
+    g = gpu(chip)
+    kind = link_for(tp, link)
+    if tp == 1:
+        return math.inf, 0.0
+    bw = g.scaleup_bandwidth if kind == "nvlink" else g.scaleout_bandwidth
+    if not bw:
+        raise ValueError(
+            f"{g.name} has no {kind} bandwidth in data/hardware.yaml; pick tp=1, another link or GPU"
+        )
+    alpha = allreduce_latency_s(tp, "nccl-ring-ll" if kind == "nvlink" else "network")
+    return bw, alpha
+
+
+@dataclass(frozen=True)
+class FFNCost:
+    """The three costs of one FFN layer on one of ``tp`` GPUs (seconds, FLOPs, bytes)."""
+
+    shape: FFNShape
+    tokens: float
+    tp: int
+    link: str
+    flops: float
+    weight_bytes: float
+    activation_bytes: float
+    comm_bytes: float
+    compute_s: float
+    hbm_s: float
+    comm_latency_s: float
+    comm_bandwidth_s: float
+
+    @property
+    def comm_s(self) -> float:
+        return self.comm_latency_s + self.comm_bandwidth_s
+
+    @property
+    def times(self) -> dict[str, float]:
+        return {"compute": self.compute_s, "HBM": self.hbm_s, "comm": self.comm_s}
+
+    @property
+    def bound(self) -> str:
+        """The binding cost: compute, HBM, comm latency or comm bandwidth (the larger comm part)."""
+        name = max(self.times, key=self.times.get)
+        if name != "comm":
+            return name
+        return "comm latency" if self.comm_latency_s >= self.comm_bandwidth_s else "comm bandwidth"
+
+    @property
+    def serial_s(self) -> float:
+        """max(compute, HBM) + comm: the all-reduce waits for the down projection."""
+        return max(self.compute_s, self.hbm_s) + self.comm_s
+
+    @property
+    def overlapped_s(self) -> float:
+        """max of the three: the best case with communication hidden behind other work."""
+        return max(self.compute_s, self.hbm_s, self.comm_s)
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per HBM byte on one GPU."""
+        return self.flops / (self.weight_bytes + self.activation_bytes)
+
+
+@dataclass(frozen=True)
+class CostLines:
+    """The three costs as straight lines in T (seconds): compute = c T, HBM = h0 + h T,
+    comm = alpha + m T. Every boundary of the regime map is where two of them cross."""
+
+    compute_slope: float
+    hbm_intercept: float
+    hbm_slope: float
+    comm_latency: float
+    comm_slope: float
+
+    def at(self, tokens: float) -> tuple[float, float, float, float]:
+        """(compute, HBM, comm latency, comm bandwidth) seconds at ``tokens``."""
+        return (
+            self.compute_slope * tokens,
+            self.hbm_intercept + self.hbm_slope * tokens,
+            self.comm_latency,
+            self.comm_slope * tokens,
+        )
+
+
+def cost_lines(
+    shape: FFNShape,
+    chip: str | GPU,
+    tp: int = 1,
+    link: str = "auto",
+    weight_dtype: str = "bf16",
+    act_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+    fused: bool = True,
+    allreduce_latency_override_s: float | None = None,
+) -> CostLines:
+    """Slopes and intercepts of the three costs on one of ``tp`` GPUs.
+
+    c = 2 k d f / (n P); h0 = k d f b_w / (n W); h = a(n) b_a / W;
+    alpha = alpha(n) (0 at n = 1); m = 2 (n - 1) / n x d b_a / B.
+    """
+    if not isinstance(shape, FFNShape):
+        raise ValueError(f"shape must be an FFNShape (see ffn_shape), got {type(shape).__name__}")
+    g = gpu(chip)
+    _check_tp(tp)
+    if tp > shape.d_ff:
+        raise ValueError(f"tp={tp} exceeds the FFN width {shape.d_ff}")
+    b_w, b_a = bytes_per_element(weight_dtype), bytes_per_element(act_dtype)
+    bw, alpha = link_params(g, tp, link)
+    if allreduce_latency_override_s is not None:
+        if not (
+            isinstance(allreduce_latency_override_s, int | float)
+            and allreduce_latency_override_s >= 0
+            and math.isfinite(allreduce_latency_override_s)
+        ):
+            raise ValueError(
+                f"allreduce_latency_override_s must be >= 0, got {allreduce_latency_override_s!r}"
+            )
+        alpha = allreduce_latency_override_s if tp > 1 else 0.0
+    k, d, f = shape.matrices, shape.d_model, shape.d_ff
+    w = g.memory_bandwidth
+    return CostLines(
+        compute_slope=2.0 * k * d * f / (tp * g.peak_flops(compute_dtype)),
+        hbm_intercept=k * d * f * b_w / (tp * w),
+        hbm_slope=activation_elements_per_token(shape, tp, fused) * b_a / w,
+        comm_latency=alpha,
+        comm_slope=2.0 * (tp - 1) / tp * d * b_a / bw if tp > 1 else 0.0,
+    )
+
+
+def ffn_cost(
+    shape: FFNShape,
+    chip: str | GPU,
+    tokens: float,
+    tp: int = 1,
+    link: str = "auto",
+    weight_dtype: str = "bf16",
+    act_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+    fused: bool = True,
+    allreduce_latency_override_s: float | None = None,
+) -> FFNCost:
+    """Compute, HBM and communication time of one FFN layer for ``tokens`` tokens on each of ``tp`` GPUs.
+
+    flops = 2 k T d f / n; weight bytes = k d f b_w / n; activation bytes = T a(n) b_a;
+    comm bytes = 2 (n - 1) / n T d b_a (ring all-reduce, per GPU). Datasheet roofs throughout.
+    """
+    lines = cost_lines(
+        shape,
+        chip,
+        tp,
+        link,
+        weight_dtype,
+        act_dtype,
+        compute_dtype,
+        fused,
+        allreduce_latency_override_s,
+    )
+    _check_tokens(tokens)
+    b_w, b_a = bytes_per_element(weight_dtype), bytes_per_element(act_dtype)
+    k, d, f = shape.matrices, shape.d_model, shape.d_ff
+    compute_s, hbm_s, lat_s, bw_s = lines.at(tokens)
+    return FFNCost(
+        shape,
+        tokens,
+        tp,
+        link_for(tp, link),
+        2.0 * k * tokens * d * f / tp,
+        k * d * f * b_w / tp,
+        tokens * activation_elements_per_token(shape, tp, fused) * b_a,
+        2.0 * (tp - 1) / tp * tokens * d * b_a,
+        compute_s,
+        hbm_s,
+        lat_s,
+        bw_s,
+    )
+
+
+# ---- closed-form boundaries (tokens T at which two costs are equal, for a fixed n) ---------------
+
+
+def compute_hbm_boundary_tokens(
+    shape: FFNShape,
+    chip: str | GPU,
+    tp: int = 1,
+    weight_dtype: str = "bf16",
+    act_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+    fused: bool = True,
+) -> float:
+    """T where compute = HBM: T* = k d f b_w / (2 k d f / R - n a(n) b_a), R = P / W.
+
+    Without activations this is R b_w / 2, independent of n. ``inf`` when activations alone
+    keep the layer memory-bound at any T.
+    """
+    g = gpu(chip)
+    k, d, f = shape.matrices, shape.d_model, shape.d_ff
+    ridge = g.peak_flops(compute_dtype) / g.memory_bandwidth
+    denom = 2 * k * d * f / ridge - tp * activation_elements_per_token(
+        shape, tp, fused
+    ) * bytes_per_element(act_dtype)
+    return k * d * f * bytes_per_element(weight_dtype) / denom if denom > 0 else math.inf
+
+
+def compute_comm_boundary_tokens(
+    shape: FFNShape,
+    chip: str | GPU,
+    tp: int,
+    link: str = "auto",
+    act_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+) -> float:
+    """T where compute = comm: T* = alpha / (2 k d f / (n P) - 2 (n - 1) d b_a / (n B)).
+
+    ``inf`` when the all-reduce's bandwidth term grows at least as fast as compute: then
+    comm exceeds compute at every T (see :func:`comm_compute_ratio`).
+    """
+    if tp == 1:
+        return 0.0
+    g = gpu(chip)
+    bw, alpha = link_params(g, tp, link)
+    k, d, f = shape.matrices, shape.d_model, shape.d_ff
+    denom = 2 * k * d * f / (tp * g.peak_flops(compute_dtype)) - 2 * (
+        tp - 1
+    ) * d * bytes_per_element(act_dtype) / (tp * bw)
+    return alpha / denom if denom > 0 else math.inf
+
+
+def hbm_comm_boundary_tokens(
+    shape: FFNShape,
+    chip: str | GPU,
+    tp: int,
+    link: str = "auto",
+    weight_dtype: str = "bf16",
+    act_dtype: str = "bf16",
+    fused: bool = True,
+) -> float:
+    """T where HBM = comm: k d f b_w/(n W) + T a b_a / W = alpha + T 2 (n-1) d b_a / (n B).
+
+    T* = (alpha - k d f b_w / (n W)) / (a b_a / W - 2 (n - 1) d b_a / (n B)). ``nan`` when the
+    two lines never cross at T >= 0 (one is above the other everywhere).
+    """
+    if tp == 1:
+        return math.nan
+    g = gpu(chip)
+    bw, alpha = link_params(g, tp, link)
+    k, d, f = shape.matrices, shape.d_model, shape.d_ff
+    b_a = bytes_per_element(act_dtype)
+    num = alpha - k * d * f * bytes_per_element(weight_dtype) / (tp * g.memory_bandwidth)
+    den = activation_elements_per_token(shape, tp, fused) * b_a / g.memory_bandwidth - 2 * (
+        tp - 1
+    ) * d * b_a / (tp * bw)
+    if den == 0:
+        return math.nan
+    t = num / den
+    return t if t >= 0 else math.nan
+
+
+def comm_latency_bandwidth_tokens(
+    shape: FFNShape, chip: str | GPU, tp: int, link: str = "auto", act_dtype: str = "bf16"
+) -> float:
+    """T where the all-reduce's latency equals its bandwidth term: T* = alpha n B / (2 (n - 1) d b_a)."""
+    if tp == 1:
+        return math.nan
+    bw, alpha = link_params(chip, tp, link)
+    return alpha * tp * bw / (2 * (tp - 1) * shape.d_model * bytes_per_element(act_dtype))
+
+
+def comm_compute_ratio(
+    shape: FFNShape,
+    chip: str | GPU,
+    tp: int,
+    link: str = "auto",
+    act_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+) -> float:
+    """Large-T limit of comm / compute time: (n - 1) b_a P / (k f B). Independent of T and d."""
+    if tp == 1:
+        return 0.0
+    g = gpu(chip)
+    bw, _ = link_params(g, tp, link)
+    return (
+        (tp - 1)
+        * bytes_per_element(act_dtype)
+        * g.peak_flops(compute_dtype)
+        / (shape.matrices * shape.d_ff * bw)
+    )
+
+
+def comm_binds_tp(
+    shape: FFNShape,
+    chip: str | GPU,
+    link: str = "nvlink",
+    act_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+) -> float:
+    """TP degree past which the all-reduce outlasts the matmuls at any T: n = 1 + k f B / (b_a P)."""
+    g = gpu(chip)
+    if link not in ("nvlink", "network"):
+        raise ValueError(f"link must be 'nvlink' or 'network' here, got {link!r}")
+    bw = g.scaleup_bandwidth if link == "nvlink" else g.scaleout_bandwidth
+    if not bw:
+        raise ValueError(f"{g.name} has no {link} bandwidth in data/hardware.yaml")
+    return 1 + shape.matrices * shape.d_ff * bw / (
+        bytes_per_element(act_dtype) * g.peak_flops(compute_dtype)
+    )
+
+
+def decode_comm_crossover_tp(
+    shape: FFNShape, chip: str | GPU, link: str = "nvlink", weight_dtype: str = "bf16"
+) -> float:
+    """TP degree (real) at which the all-reduce latency equals the per-GPU weight read as T -> 0.
+
+    k d f b_w / (n W) = alpha(n). NVLink (NCCL ring, alpha = a + 2 c (n - 1)): positive root of
+    2 c n^2 + (a - 2 c) n - k d f b_w / W = 0; network (flat alpha): n = k d f b_w / (W alpha).
+    Past it, a decode FFN waits longer on the all-reduce than on HBM.
+    """
+    from lib._data import load_yaml
+    from lib.units import US
+
+    g = gpu(chip)
+    if link not in ("nvlink", "network"):
+        raise ValueError(f"link must be 'nvlink' or 'network' here, got {link!r}")
+    read = shape.weight_params * bytes_per_element(weight_dtype) / g.memory_bandwidth
+    if link == "network":
+        return read / allreduce_latency_s(2, "network")
+    d = load_yaml("serving_assumptions.yaml")["assumptions"]["allreduce_nccl_ring_ll"]
+    a, c = d["base_us"] * US, d["per_step_us"] * US
+    qa, qb = 2 * c, a - 2 * c
+    return (-qb + math.sqrt(qb * qb + 4 * qa * read)) / (2 * qa)
+
+
+def _bound_codes(lines: CostLines, tokens):
+    """Index into BOUNDS of the binding cost at each of ``tokens`` (numpy array)."""
+    import numpy as np
+
+    t = np.asarray(tokens, dtype=float)
+    compute, hbm, lat, bw = (
+        lines.compute_slope * t,
+        lines.hbm_intercept + lines.hbm_slope * t,
+        lines.comm_latency,
+        lines.comm_slope * t,
+    )
+    comm = lat + bw
+    stacked = np.stack([compute, hbm, comm])
+    best = np.argmax(stacked, axis=0)  # ties go to the first: compute, then HBM
+    return np.where(best == 2, np.where(lat >= bw, 2, 3), best)
+
+
+def regime_grid(
+    shape: FFNShape, chip: str | GPU, tokens: list, tps: list, link: str = "auto", **kwargs
+) -> list[list[str]]:
+    """Binding cost at every (tp, tokens) pair: rows follow ``tps``, columns ``tokens``."""
+    for t in tokens:
+        _check_tokens(t)
+    return [
+        [BOUNDS[c] for c in _bound_codes(cost_lines(shape, chip, n, link, **kwargs), tokens)]
+        for n in tps
+    ]
+
+
+def plot_regime_map(
+    shape: FFNShape,
+    chip: str | GPU,
+    link: str = "auto",
+    max_tokens: int = 65536,
+    max_tp: int = 64,
+    point: tuple[float, int] | None = None,
+    ax=None,
+    **kwargs,
+):
+    """Regime map: x = tokens (log2), y = TP degree (powers of two), colour = binding cost.
+
+    Closed-form compute/HBM boundaries are drawn as black ticks on each row. Returns the Figure.
+    """
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    if ax is None:
+        fig = Figure(figsize=(6.0, 3.25), dpi=72)  # whole pixels: stable reprs
+        ax = fig.add_subplot()
+    else:
+        fig = ax.figure
+    tokens = np.unique(np.round(np.geomspace(1, max_tokens, 49)).astype(int)).tolist()
+    tps = [2**i for i in range(int(math.log2(max_tp)) + 1)]
+    codes = np.array(
+        [_bound_codes(cost_lines(shape, chip, n, link, **kwargs), tokens) for n in tps]
+    )
+    cmap = ListedColormap(["#d62728", "#1f77b4", "#ff7f0e", "#ffbb78"])
+    x_edges = np.concatenate(
+        [
+            [tokens[0] / 1.5],
+            np.sqrt(np.array(tokens[:-1]) * np.array(tokens[1:])),
+            [tokens[-1] * 1.5],
+        ]
+    )
+    y_edges = np.arange(len(tps) + 1) - 0.5
+    ax.pcolormesh(x_edges, y_edges, codes, cmap=cmap, vmin=-0.5, vmax=3.5, shading="flat")
+    for i, n in enumerate(tps):
+        t_star = compute_hbm_boundary_tokens(
+            shape,
+            chip,
+            n,
+            kwargs.get("weight_dtype", "bf16"),
+            kwargs.get("act_dtype", "bf16"),
+            kwargs.get("compute_dtype", "bf16"),
+            kwargs.get("fused", True),
+        )
+        on_roofline = codes[i, int(np.searchsorted(tokens, min(t_star, tokens[-1])))] <= 1
+        if math.isfinite(t_star) and tokens[0] <= t_star <= tokens[-1] and on_roofline:
+            ax.plot([t_star, t_star], [i - 0.45, i + 0.45], color="black", lw=1)
+    if point is not None:
+        t, n = point
+        if n in tps:
+            ax.plot([t], [tps.index(n)], "k*", ms=10)
+    ax.set_xscale("log", base=2)
+    ax.set_yticks(range(len(tps)), [str(n) for n in tps])
+    ax.set_xlabel("tokens in the forward pass (T)")
+    ax.set_ylabel("TP degree n")
+    ax.minorticks_off()
+    handles = [Patch(color=c, label=b) for c, b in zip(cmap.colors, BOUNDS, strict=True)]
+    ax.legend(handles=handles, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    fig.subplots_adjust(bottom=0.3)
+    return fig

@@ -1,0 +1,515 @@
+"""Tiering the KV cache across HBM, host DRAM and local NVMe SSD: what each tier holds, what a
+prefix costs to bring back from it, what recomputing the same prefix costs, and how long the
+SSD survives the eviction traffic.
+
+One ratio decides fetch against recompute. Recomputing a P-token prefix costs its prefill
+FLOPs F(P) = P (2N + a (P + 1) / 2) (lib.models.Model.prefill_flops); fetching it costs its KV
+bytes P b over the tier's bandwidth W. With an achievable compute rate C = n_gpus x peak x MFU,
+
+    recompute / fetch = (F(P) / C) / (P b / W) = I(P) / (C / W),   I(P) = F(P) / (P b)
+
+so fetching wins when the model's FLOPs per cached byte I(P) exceed the tier's "ridge"
+C / W. Equivalently the tier must deliver at least W* = C / I(P) bytes/s, which is also the
+rate at which a fully busy prefill *creates* KV: the bandwidth a tier must read at to beat
+recompute is the bandwidth it must absorb writes at if every new block is spilled to it.
+
+A *replica* is n_gpus GPUs holding one copy of the model (tensor parallel); a node has
+gpus_per_node GPUs and shares host DRAM and SSDs among its replicas in proportion to GPUs.
+SI units throughout: FLOP, FLOP/s, bytes, bytes/s, seconds. Facts and assumptions come from
+``data/kv_tiers.yaml`` through :func:`default_node` and :func:`workload_defaults`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from lib._data import load_yaml
+from lib.hardware import GPU, gpu
+from lib.models import Model, model
+from lib.throughput import kv_free_bytes_per_gpu
+from lib.units import GB, TB, US
+
+SECONDS_PER_DAY = 86400.0
+DAYS_PER_YEAR = 365.0
+
+
+def _positive(name: str, value: float) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _nonnegative(name: str, value: float) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _fraction(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _tokens(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer number of tokens, got {value!r}")
+    return value
+
+
+def _gpus(n_gpus: int, gpus_per_node: int) -> int:
+    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
+        raise ValueError(f"n_gpus must be a positive integer, got {n_gpus!r}")
+    if n_gpus > gpus_per_node or gpus_per_node % n_gpus:
+        raise ValueError(f"n_gpus={n_gpus} must divide the node's {gpus_per_node} GPUs")
+    return n_gpus
+
+
+# ---- the node: facts and assumptions ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """Host DRAM and local SSDs of one GPU server, SI units (bytes, bytes/s, seconds)."""
+
+    gpus_per_node: int
+    dram_bytes: float
+    dram_usable_fraction: float
+    dram_bandwidth: float  # all channels, both sockets
+    pcie_h2d_bandwidth: float  # per GPU, measured
+    dram_latency_s: float
+    ssd_drives: int
+    ssd_capacity_bytes: float  # per drive
+    ssd_read_bandwidth: float  # per drive, datasheet sequential
+    ssd_write_bandwidth: float  # per drive, datasheet sequential
+    ssd_read_efficiency: float
+    ssd_latency_s: float
+    ssd_dwpd: float
+    ssd_warranty_years: float
+
+
+def _values(section: dict) -> dict:
+    return {k: v["value"] for k, v in section.items() if isinstance(v, dict) and "value" in v}
+
+
+def facts() -> dict:
+    """Every value of ``data/kv_tiers.yaml`` as {section: {name: value}} (yaml units)."""
+    doc = load_yaml("kv_tiers.yaml")
+    return {s: _values(doc[s]) for s in ("host", "ssd", "workload")}
+
+
+def default_node(**overrides) -> NodeSpec:
+    """The 8-GPU node of ``data/kv_tiers.yaml`` (2 TB DDR5, PCIe Gen5, 8 PM1743-class SSDs).
+
+    Keyword overrides replace fields (SI units), e.g. ``default_node(ssd_drives=1)``.
+    """
+    f = facts()
+    h, s = f["host"], f["ssd"]
+    node = NodeSpec(
+        gpus_per_node=8,
+        dram_bytes=h["dram_bytes_per_node_tb"] * TB,
+        dram_usable_fraction=h["dram_usable_fraction"],
+        dram_bandwidth=h["dram_channels_per_node"] * h["dram_gbps_per_channel"] * GB,
+        pcie_h2d_bandwidth=h["pcie_h2d_gbps_per_gpu"] * GB,
+        dram_latency_s=h["dram_fetch_latency_us"] * US,
+        ssd_drives=int(s["drives_per_node"]),
+        ssd_capacity_bytes=s["capacity_tb"] * TB,
+        ssd_read_bandwidth=s["read_gbps"] * GB,
+        ssd_write_bandwidth=s["write_gbps"] * GB,
+        ssd_read_efficiency=s["read_efficiency"],
+        ssd_latency_s=s["fetch_latency_us"] * US,
+        ssd_dwpd=s["dwpd"],
+        ssd_warranty_years=s["warranty_years"],
+    )
+    unknown = set(overrides) - set(NodeSpec.__dataclass_fields__)
+    if unknown:
+        raise ValueError(
+            f"unknown NodeSpec fields {sorted(unknown)}; valid: {sorted(NodeSpec.__dataclass_fields__)}"
+        )
+    node = replace(node, **overrides)
+    _check_node(node)
+    return node
+
+
+def _check_node(node: NodeSpec) -> None:
+    if (
+        isinstance(node.gpus_per_node, bool)
+        or not isinstance(node.gpus_per_node, int)
+        or node.gpus_per_node < 1
+    ):
+        raise ValueError(f"gpus_per_node must be a positive integer, got {node.gpus_per_node!r}")
+    if (
+        isinstance(node.ssd_drives, bool)
+        or not isinstance(node.ssd_drives, int)
+        or node.ssd_drives < 0
+    ):
+        raise ValueError(f"ssd_drives must be an integer >= 0, got {node.ssd_drives!r}")
+    for name in (
+        "dram_bytes",
+        "dram_bandwidth",
+        "pcie_h2d_bandwidth",
+        "ssd_capacity_bytes",
+        "ssd_read_bandwidth",
+        "ssd_write_bandwidth",
+        "ssd_dwpd",
+        "ssd_warranty_years",
+    ):
+        _positive(name, getattr(node, name))
+    for name in ("dram_latency_s", "ssd_latency_s"):
+        _nonnegative(name, getattr(node, name))
+    _fraction("dram_usable_fraction", node.dram_usable_fraction)
+    _fraction("ssd_read_efficiency", node.ssd_read_efficiency)
+
+
+def workload_defaults() -> dict:
+    """prefill_share, output_tokens_per_prompt_token, spill_fraction from ``data/kv_tiers.yaml``."""
+    return dict(facts()["workload"])
+
+
+# ---- recompute against fetch ----------------------------------------------------------------
+
+
+def compute_rate(
+    chip: str | GPU, n_gpus: int = 1, compute_dtype: str = "bf16", mfu: float = 0.6
+) -> float:
+    """Achievable prefill FLOP/s of a replica: C = n_gpus x dense peak(compute_dtype) x MFU."""
+    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
+        raise ValueError(f"n_gpus must be a positive integer, got {n_gpus!r}")
+    return n_gpus * gpu(chip).peak_flops(compute_dtype) * _fraction("mfu", mfu)
+
+
+def recompute_time_s(
+    mdl: str | Model,
+    chip: str | GPU,
+    prefix_tokens: int,
+    n_gpus: int = 1,
+    compute_dtype: str = "bf16",
+    mfu: float = 0.6,
+) -> float:
+    """Seconds to recompute a prefix's KV by prefill: F(P) / C, F(P) = Model.prefill_flops(P).
+
+    The marginal cost inside a prefill that runs anyway (the new suffix still needs one), so
+    no weight-read floor is added: at prompt lengths worth caching, prefill is compute-bound.
+    """
+    p = _tokens("prefix_tokens", prefix_tokens)
+    return model(mdl).prefill_flops(p) / compute_rate(chip, n_gpus, compute_dtype, mfu)
+
+
+def fetch_time_s(
+    mdl: str | Model,
+    prefix_tokens: int,
+    bandwidth: float,
+    kv_dtype: str = "bf16",
+    latency_s: float = 0.0,
+) -> float:
+    """Seconds to bring a prefix's KV back from a tier: latency + P x b / W.
+
+    b = Model.kv_bytes_per_token(kv_dtype) (all layers, all KV heads of the replica);
+    W = bytes/s the tier delivers into the replica's GPUs (``math.inf`` for HBM: resident).
+    """
+    p = _tokens("prefix_tokens", prefix_tokens)
+    w = float(bandwidth)
+    if not (w > 0):
+        raise ValueError(
+            f"bandwidth must be > 0 bytes/s (math.inf for a resident tier), got {bandwidth!r}"
+        )
+    return _nonnegative("latency_s", latency_s) + p * model(mdl).kv_bytes_per_token(kv_dtype) / w
+
+
+def recompute_intensity(mdl: str | Model, prefix_tokens: int, kv_dtype: str = "bf16") -> float:
+    """FLOPs of recompute per byte of cached KV: I(P) = F(P) / (P x b), FLOP/byte.
+
+    Independent of hardware. It grows with P (the attention term) and with model size per KV
+    byte: GQA and MLA raise it, an MHA model has the lowest.
+    """
+    p = _tokens("prefix_tokens", prefix_tokens)
+    m = model(mdl)
+    return m.prefill_flops(p) / (p * m.kv_bytes_per_token(kv_dtype))
+
+
+def tier_ridge(
+    chip: str | GPU,
+    bandwidth: float,
+    n_gpus: int = 1,
+    compute_dtype: str = "bf16",
+    mfu: float = 0.6,
+) -> float:
+    """The tier's FLOPs-per-byte threshold C / W: fetching wins for models with I(P) above it."""
+    return compute_rate(chip, n_gpus, compute_dtype, mfu) / _positive("bandwidth", bandwidth)
+
+
+def breakeven_bandwidth(
+    mdl: str | Model,
+    chip: str | GPU,
+    prefix_tokens: int,
+    n_gpus: int = 1,
+    kv_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+    mfu: float = 0.6,
+) -> float:
+    """Bytes/s a tier must deliver to the replica for fetch to tie with recompute: W* = C / I(P).
+
+    Also the rate a replica creates KV while prefilling flat out (bytes of KV per second of
+    prefill). Latency is ignored (long prefixes).
+    """
+    return compute_rate(chip, n_gpus, compute_dtype, mfu) / recompute_intensity(
+        mdl, prefix_tokens, kv_dtype
+    )
+
+
+def breakeven_prefix_tokens(
+    mdl: str | Model,
+    chip: str | GPU,
+    bandwidth: float,
+    latency_s: float = 0.0,
+    n_gpus: int = 1,
+    kv_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+    mfu: float = 0.6,
+) -> float:
+    """Prefix length P* where recompute and fetch take equally long; recompute wins below it.
+
+    Solves (2N P + a P (P + 1) / 2) / C = t0 + P b / W, i.e. A P^2 + B P - t0 = 0 with
+    A = a / (2C), B = (2N + a / 2) / C - b / W (a = attention FLOPs per token per context token).
+    Returns 0 when fetching wins at every length, and ``math.inf`` when recompute always wins
+    (no attention term and B <= 0 with t0 > 0, or B < 0).
+    """
+    m = model(mdl)
+    c = compute_rate(chip, n_gpus, compute_dtype, mfu)
+    w = _positive("bandwidth", bandwidth)
+    t0 = _nonnegative("latency_s", latency_s)
+    a_coef = m.attention_flops_per_token(1) / (2 * c)
+    b_coef = (
+        m.weight_flops_per_token() + m.attention_flops_per_token(1) / 2
+    ) / c - m.kv_bytes_per_token(kv_dtype) / w
+    if a_coef == 0:
+        if b_coef <= 0:
+            return math.inf if (t0 > 0 or b_coef < 0) else 0.0
+        return t0 / b_coef
+    disc = b_coef * b_coef + 4 * a_coef * t0
+    root = (-b_coef + math.sqrt(disc)) / (2 * a_coef)
+    return max(root, 0.0)
+
+
+# ---- the tiers of a replica -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TierCost:
+    """One tier as seen by one replica, for a prefix of ``prefix_tokens`` tokens."""
+
+    name: str
+    capacity_bytes: float  # this replica's share
+    capacity_tokens: float
+    bandwidth: float  # bytes/s into the replica's GPUs (inf: resident, no copy)
+    latency_s: float
+    prefix_tokens: int
+    fetch_s: float
+    recompute_s: float
+
+    @property
+    def speedup(self) -> float:
+        """recompute / fetch (inf for a resident tier)."""
+        return math.inf if self.fetch_s == 0 else self.recompute_s / self.fetch_s
+
+    @property
+    def value_s(self) -> float:
+        """What holding the prefix here saves on a hit: recompute time - fetch time (s)."""
+        return self.recompute_s - self.fetch_s
+
+    @property
+    def value_per_token_s(self) -> float:
+        return self.value_s / self.prefix_tokens
+
+
+def host_bandwidth(node: NodeSpec, n_gpus: int = 1) -> float:
+    """Host DRAM -> replica bytes/s: n_gpus x min(PCIe H2D per GPU, DRAM bandwidth / GPUs per node)."""
+    _check_node(node)
+    _gpus(n_gpus, node.gpus_per_node)
+    return n_gpus * min(node.pcie_h2d_bandwidth, node.dram_bandwidth / node.gpus_per_node)
+
+
+def ssd_bandwidth(node: NodeSpec, n_gpus: int = 1) -> float:
+    """SSD -> replica bytes/s: the replica's share of drives x read x efficiency, capped by its PCIe."""
+    _check_node(node)
+    _gpus(n_gpus, node.gpus_per_node)
+    share = n_gpus / node.gpus_per_node
+    return min(
+        node.ssd_drives * node.ssd_read_bandwidth * node.ssd_read_efficiency * share,
+        n_gpus * node.pcie_h2d_bandwidth,
+    )
+
+
+def tier_costs(
+    mdl: str | Model,
+    chip: str | GPU,
+    prefix_tokens: int,
+    n_gpus: int = 1,
+    node: NodeSpec | None = None,
+    kv_dtype: str = "bf16",
+    weight_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+    mfu: float = 0.6,
+    memory_utilization: float = 0.9,
+) -> list[TierCost]:
+    """HBM, DRAM and SSD for one replica: capacity, bandwidth, fetch and recompute time of a prefix.
+
+    HBM capacity = n_gpus x (HBM x utilization - weights / n_gpus), resident (no fetch);
+    DRAM = usable host DRAM x n_gpus / gpus_per_node at :func:`host_bandwidth`;
+    SSD = drives x capacity x n_gpus / gpus_per_node at :func:`ssd_bandwidth`.
+    """
+    node = node or default_node()
+    _check_node(node)
+    m, g = model(mdl), gpu(chip)
+    _gpus(n_gpus, node.gpus_per_node)
+    if m.num_attention_heads % n_gpus:
+        raise ValueError(
+            f"n_gpus={n_gpus} must divide the {m.num_attention_heads} attention heads of {m.key}"
+        )
+    p = _tokens("prefix_tokens", prefix_tokens)
+    b = m.kv_bytes_per_token(kv_dtype)
+    share = n_gpus / node.gpus_per_node
+    recompute = recompute_time_s(m, g, p, n_gpus, compute_dtype, mfu)
+    hbm = max(kv_free_bytes_per_gpu(m, g, n_gpus, weight_dtype, memory_utilization), 0.0) * n_gpus
+    dram = node.dram_bytes * node.dram_usable_fraction * share
+    ssd = node.ssd_drives * node.ssd_capacity_bytes * share
+    rows = [
+        ("HBM", hbm, math.inf, 0.0),
+        ("host DRAM", dram, host_bandwidth(node, n_gpus), node.dram_latency_s),
+    ]
+    if node.ssd_drives:
+        rows.append(("NVMe SSD", ssd, ssd_bandwidth(node, n_gpus), node.ssd_latency_s))
+    out = []
+    for name, cap, bw, lat in rows:
+        fetch = 0.0 if math.isinf(bw) else fetch_time_s(m, p, bw, kv_dtype, lat)
+        out.append(TierCost(name, cap, cap / b, bw, lat, p, fetch, recompute))
+    return out
+
+
+# ---- SSD wear-out ---------------------------------------------------------------------------
+
+
+def prefill_tokens_per_s(
+    mdl: str | Model,
+    chip: str | GPU,
+    prompt_tokens: int,
+    n_gpus: int = 1,
+    compute_dtype: str = "bf16",
+    mfu: float = 0.6,
+) -> float:
+    """Prompt tokens/s a replica prefills flat out: C / (F(P) / P) for prompts of P tokens."""
+    p = _tokens("prompt_tokens", prompt_tokens)
+    return compute_rate(chip, n_gpus, compute_dtype, mfu) / (model(mdl).prefill_flops(p) / p)
+
+
+def kv_write_rate(
+    mdl: str | Model,
+    chip: str | GPU,
+    prompt_tokens: int,
+    n_gpus: int = 1,
+    kv_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+    mfu: float = 0.6,
+    prefill_share: float = 0.5,
+    output_tokens_per_prompt_token: float = 0.1,
+    spill_fraction: float = 1.0,
+) -> float:
+    """Bytes/s of new KV a busy replica sends to the SSD tier.
+
+    w = prefill_share x prefill_tokens_per_s x (1 + output per prompt token) x b x spill_fraction:
+    every computed prompt token and every generated token creates b bytes of KV, and a
+    write-through or LRU-victim SSD tier eventually receives ``spill_fraction`` of them.
+    """
+    share = _fraction("prefill_share", prefill_share)
+    out = _nonnegative("output_tokens_per_prompt_token", output_tokens_per_prompt_token)
+    spill = _fraction("spill_fraction", spill_fraction)
+    tokens = (
+        share
+        * prefill_tokens_per_s(mdl, chip, prompt_tokens, n_gpus, compute_dtype, mfu)
+        * (1 + out)
+    )
+    return tokens * model(mdl).kv_bytes_per_token(kv_dtype) * spill
+
+
+def ssd_endurance_bytes(capacity_bytes: float, dwpd: float, warranty_years: float) -> float:
+    """Rated bytes written (TBW x 1e12): capacity x DWPD x 365 x warranty years."""
+    return (
+        _positive("capacity_bytes", capacity_bytes)
+        * _positive("dwpd", dwpd)
+        * DAYS_PER_YEAR
+        * _positive("warranty_years", warranty_years)
+    )
+
+
+def drive_writes_per_day(write_rate: float, capacity_bytes: float) -> float:
+    """Full-drive writes per day at a steady write rate: rate x 86400 / capacity."""
+    return (
+        _nonnegative("write_rate", write_rate)
+        * SECONDS_PER_DAY
+        / _positive("capacity_bytes", capacity_bytes)
+    )
+
+
+@dataclass(frozen=True)
+class Wear:
+    """SSD wear under a steady write stream (all drives of the tier together)."""
+
+    offered_rate: float  # bytes/s the tier is asked to write
+    absorbed_rate: float  # min(offered, drives x write bandwidth)
+    endurance_bytes: float  # rated bytes written, all drives
+    lifetime_s: float  # endurance / absorbed rate
+    line_rate_lifetime_s: float  # endurance / (drives x write bandwidth): the floor
+    drive_writes_per_day: float  # at the absorbed rate
+
+    @property
+    def lifetime_days(self) -> float:
+        return self.lifetime_s / SECONDS_PER_DAY
+
+    @property
+    def saturated(self) -> bool:
+        """True when the drives cannot absorb the offered writes (the tier drops or stalls)."""
+        return self.offered_rate > self.absorbed_rate
+
+
+def ssd_wear(
+    write_rate: float, node: NodeSpec | None = None, write_amplification: float = 1.0
+) -> Wear:
+    """How long the node's SSD tier lasts under ``write_rate`` bytes/s (whole node).
+
+    lifetime = drives x capacity x DWPD x 365 x years / (min(rate, drives x write bw) x WAF).
+    ``write_amplification`` is relative to the workload the DWPD rating assumes (1 = same).
+    At the drives' full write bandwidth the lifetime is the floor: DWPD x warranty days x the
+    time to fill a drive once.
+    """
+    node = node or default_node()
+    _check_node(node)
+    if node.ssd_drives < 1:
+        raise ValueError("the node has no SSD drives (ssd_drives = 0): nothing wears out")
+    rate = _nonnegative("write_rate", write_rate)
+    waf = _positive("write_amplification", write_amplification)
+    if waf < 1:
+        raise ValueError(f"write_amplification must be >= 1, got {write_amplification!r}")
+    capacity = node.ssd_drives * node.ssd_capacity_bytes
+    write_bw = node.ssd_drives * node.ssd_write_bandwidth
+    endurance = ssd_endurance_bytes(capacity, node.ssd_dwpd, node.ssd_warranty_years)
+    absorbed = min(rate, write_bw)
+    lifetime = math.inf if absorbed == 0 else endurance / (absorbed * waf)
+    return Wear(
+        rate,
+        absorbed,
+        endurance,
+        lifetime,
+        endurance / (write_bw * waf),
+        drive_writes_per_day(absorbed * waf, capacity),
+    )

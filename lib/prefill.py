@@ -1,0 +1,580 @@
+"""Forward-pass arithmetic beyond the roofline core: the weight-matrix inventory behind
+"2 FLOPs per parameter", the prefill floor and time to first token, and the ceilings the KV
+cache puts on decode batching (capacity and bandwidth).
+
+All quantities SI: FLOP, FLOP/s, bytes, bytes/s, seconds. A "replica" is ``n_gpus`` GPUs
+holding one copy of the model with tensor parallelism: FLOPs, weights and (up to the KV-head
+count) the KV cache split evenly. Assumption values (MFU, memory utilization) live in
+``data/prefill_assumptions.yaml`` and come in as arguments; nothing here hides a default
+efficiency below 1 except where the docstring says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lib._data import load_yaml
+from lib.comms import ring_allreduce_time_s
+from lib.dtypes import bytes_per_element
+from lib.hardware import GPU, gpu
+from lib.models import Model, model
+from lib.roofline import kv_shard_fraction, weight_bytes_read_per_step
+
+
+def assumptions() -> dict:
+    """The sourced assumption values of ``data/prefill_assumptions.yaml`` as {name: value}."""
+    doc = load_yaml("prefill_assumptions.yaml")
+    return {k: v["value"] for k, v in doc["assumptions"].items()}
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _fraction(name: str, value: float) -> float:
+    if not (isinstance(value, int | float) and 0 < value <= 1):
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _check_tp(m: Model, tp: int) -> None:
+    _positive_int("tp (n_gpus)", tp)
+    if m.num_attention_heads % tp:
+        raise ValueError(
+            f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
+        )
+
+
+# ---- the weight-matrix inventory ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WeightGroup:
+    """One kind of parameter tensor, summed over the layers (or experts) that hold it.
+
+    kind: 'matmul' (each active parameter is one multiply-add per token: 2 FLOPs),
+    'lookup' (a table read by index: no arithmetic) or 'elementwise' (norm scales, biases:
+    about one FLOP per element per token, not on tensor cores).
+    """
+
+    name: str
+    kind: str
+    shape: tuple[int, ...]
+    count: int  # tensors of this shape stored in the model
+    active_count: int  # tensors of this shape one token touches
+    params_stored: int  # count x prod(shape) (0 for a tied head: it reuses the embedding)
+
+    @property
+    def params_active(self) -> int:
+        """Parameters one token's forward pass uses from this group."""
+        return self.active_count * math.prod(self.shape)
+
+    @property
+    def flops_per_token(self) -> float:
+        """2 per active parameter for matmuls, 1 for elementwise, 0 for lookups."""
+        return {"matmul": 2.0, "elementwise": 1.0, "lookup": 0.0}[self.kind] * self.params_active
+
+
+def weight_inventory(mdl: str | Model) -> list[WeightGroup]:
+    """Every parameter tensor of ``mdl`` from its config, counted independently of lib.models.
+
+    Covers MHA/GQA and MLA attention, SwiGLU, GELU two-matrix and MoE FFNs (routed experts stored
+    all, active top-k; shared experts; router), RMSNorm / LayerNorm, biases, learned positions,
+    tied or untied output head. The sum of ``params_stored`` is the model's parameter count;
+    the matmul rows' ``flops_per_token`` sum to the 2N term.
+    """
+    m = model(mdl)
+    d, h, n_l = m.hidden_size, m.num_attention_heads, m.num_layers
+    rows: list[WeightGroup] = []
+
+    def add(name, kind, shape, count, active=None, stored=True):
+        active = count if active is None else active
+        stored_params = count * math.prod(shape) if stored else 0
+        if count or active:
+            rows.append(WeightGroup(name, kind, tuple(shape), count, active, stored_params))
+
+    add("token embedding", "lookup", (m.vocab_size, d), 1, active=0)
+    if m.position_embedding == "learned":
+        add("position embedding", "lookup", (m.max_position_embeddings, d), 1, active=0)
+    norm_shapes = [(d,)] if m.norm == "rmsnorm" else [(d,), (d,)]  # scale (and bias)
+    for i, shape in enumerate(norm_shapes):
+        add(
+            "norms (2 per layer + final)" + (" bias" if i else ""),
+            "elementwise",
+            shape,
+            2 * n_l + 1,
+        )
+    if m.is_mla:
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        add("q_a_proj (down)", "matmul", (d, m.q_lora_rank), n_l)
+        add("q_a_layernorm", "elementwise", (m.q_lora_rank,), n_l)
+        add("q_b_proj (up)", "matmul", (m.q_lora_rank, h * qk), n_l)
+        add("kv_a_proj (down, + rope key)", "matmul", (d, m.kv_lora_rank + m.qk_rope_head_dim), n_l)
+        add("kv_a_layernorm", "elementwise", (m.kv_lora_rank,), n_l)
+        add(
+            "kv_b_proj (up to K_nope, V)",
+            "matmul",
+            (m.kv_lora_rank, h * (m.qk_nope_head_dim + m.v_head_dim)),
+            n_l,
+        )
+        add("o_proj", "matmul", (h * m.v_head_dim, d), n_l)
+    else:
+        q_out, kv_out = h * m.head_dim, m.num_kv_heads * m.head_dim
+        add("q_proj", "matmul", (d, q_out), n_l)
+        add("k_proj", "matmul", (d, kv_out), n_l)
+        add("v_proj", "matmul", (d, kv_out), n_l)
+        add("o_proj", "matmul", (q_out, d), n_l)
+        if m.linear_bias in ("qkv", "all"):
+            add("q, k, v biases", "elementwise", (q_out + 2 * kv_out,), n_l)
+        if m.linear_bias == "all":
+            add("o bias", "elementwise", (d,), n_l)
+
+    def ffn(prefix, inner, count, active):
+        if m.mlp == "gelu_2matrix":
+            add(f"{prefix}fc_in", "matmul", (d, inner), count, active)
+            add(f"{prefix}fc_out", "matmul", (inner, d), count, active)
+            if m.linear_bias == "all":
+                add(f"{prefix}fc biases", "elementwise", (inner + d,), count, active)
+        else:
+            add(f"{prefix}gate_proj", "matmul", (d, inner), count, active)
+            add(f"{prefix}up_proj", "matmul", (d, inner), count, active)
+            add(f"{prefix}down_proj", "matmul", (inner, d), count, active)
+
+    dense_layers = m.first_dense_layers if m.is_moe else n_l
+    ffn("", m.intermediate_size, dense_layers, dense_layers)
+    if m.is_moe:
+        moe_l, e, k = m.num_moe_layers, m.num_experts, m.experts_per_token
+        ffn("expert ", m.expert_intermediate_size, moe_l * e, moe_l * k)
+        if m.shared_experts:
+            ffn(
+                "shared expert ",
+                m.expert_intermediate_size,
+                moe_l * m.shared_experts,
+                moe_l * m.shared_experts,
+            )
+        add("router", "matmul", (d, e), moe_l)
+        if m.is_mla:  # DeepSeek-V3's e_score_correction_bias
+            add("router bias", "elementwise", (e,), moe_l)
+    add(
+        "lm_head" + (" (tied to embedding)" if m.tie_word_embeddings else ""),
+        "matmul",
+        (d, m.vocab_size),
+        1,
+        stored=not m.tie_word_embeddings,
+    )
+    return rows
+
+
+def matmul_params_from_inventory(mdl: str | Model) -> int:
+    """Active parameters in matmuls (2 FLOPs each per token), summed from :func:`weight_inventory`."""
+    return sum(r.params_active for r in weight_inventory(mdl) if r.kind == "matmul")
+
+
+# ---- the 2N rule against the attention term --------------------------------------------
+
+
+def kaplan_forward_flops_per_token(mdl: str | Model, n_ctx: int) -> float:
+    """Kaplan et al. 2020 (arXiv:2001.08361, Table 1): C_forward = 2 N + 2 n_layer n_ctx d_attn.
+
+    N is Kaplan's non-embedding count; we use the model's matmul parameters without the output
+    head (Kaplan's total drops the de-embedding FLOPs) and d_attn = heads x head_dim. The
+    context term is the average per token over a causally masked window of ``n_ctx`` tokens
+    (QK^T and PV each 2 c d_attn at context c, averaged over c = 1..n_ctx), so it equals half of
+    the cost of one token that attends to ``n_ctx`` keys.
+    """
+    m = model(mdl)
+    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 0:
+        raise ValueError(f"n_ctx must be an integer >= 0 tokens, got {n_ctx!r}")
+    n = m.matmul_params_active - m.vocab_size * m.hidden_size
+    d_attn = (
+        m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2
+        if m.is_mla
+        else m.num_attention_heads * m.head_dim
+    )
+    return 2.0 * n + 2.0 * m.num_layers * n_ctx * d_attn
+
+
+# ---- prefill floor and TTFT -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrefillEstimate:
+    """Time of one prefill on one replica: compute at an achieved fraction of peak vs weight read."""
+
+    prompt_len: int
+    batch: int
+    n_gpus: int
+    flops_weights: float  # 2 x matmul params x tokens, whole replica
+    flops_attention: float  # causal QK^T and PV, whole replica (0 if excluded)
+    replica_flops_per_s: float  # n_gpus x peak x mfu
+    compute_s: float  # (flops_weights + flops_attention) / replica_flops_per_s
+    memory_s: float  # weight bytes + KV written, per GPU, over HBM bandwidth
+
+    @property
+    def flops(self) -> float:
+        return self.flops_weights + self.flops_attention
+
+    @property
+    def time_s(self) -> float:
+        """max(compute, memory): the prefill floor at this MFU."""
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+def prefill_estimate(
+    mdl: str | Model,
+    chip: str | GPU,
+    prompt_len: int,
+    n_gpus: int = 1,
+    mfu: float = 1.0,
+    weight_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    include_attention: bool = True,
+    batch: int = 1,
+) -> PrefillEstimate:
+    """Prefill of ``batch`` prompts of ``prompt_len`` tokens on ``n_gpus`` GPUs (tensor parallel).
+
+    compute_s = (2 N_matmul x P x batch + attention) / (n_gpus x peak(compute_dtype) x mfu),
+    attention = batch x P (P + 1) / 2 x attention FLOPs per key (causal mask);
+    memory_s = (weights read / n_gpus + KV written x shard fraction) / HBM bandwidth.
+    """
+    m, g = model(mdl), gpu(chip)
+    _check_tp(m, n_gpus)
+    _positive_int("prompt_len", prompt_len)
+    _positive_int("batch", batch)
+    _fraction("mfu", mfu)
+    tokens = prompt_len * batch
+    flops_w = m.weight_flops_per_token() * tokens
+    flops_a = (
+        batch * (m.prefill_flops(prompt_len) - prompt_len * m.weight_flops_per_token())
+        if include_attention
+        else 0.0
+    )
+    rate = n_gpus * g.peak_flops(compute_dtype) * mfu
+    weights = weight_bytes_read_per_step(m, tokens, weight_dtype) / n_gpus
+    kv = tokens * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, n_gpus)
+    return PrefillEstimate(
+        prompt_len,
+        batch,
+        n_gpus,
+        flops_w,
+        flops_a,
+        rate,
+        (flops_w + flops_a) / rate,
+        (weights + kv) / g.memory_bandwidth,
+    )
+
+
+def prefill_allreduce_s(
+    mdl: str | Model,
+    chip: str | GPU,
+    prompt_len: int,
+    tp: int,
+    batch: int = 1,
+    act_dtype: str = "bf16",
+    latency_s: float = 0.0,
+    bus_efficiency: float = 1.0,
+) -> float:
+    """Tensor-parallel communication of one prefill if not overlapped with compute, seconds.
+
+    2 all-reduces per layer (after attention and after the FFN) of tokens x hidden x b bytes:
+    2 x layers x (latency + 2 (tp - 1) / tp x bytes / (link bandwidth x bus_efficiency)).
+    """
+    m, g = model(mdl), gpu(chip)
+    _check_tp(m, tp)
+    _positive_int("prompt_len", prompt_len)
+    _positive_int("batch", batch)
+    _fraction("bus_efficiency", bus_efficiency)
+    if tp == 1:
+        return 0.0
+    if not g.scaleup_bandwidth:
+        raise ValueError(f"{g.name} has no NVLink-class link; tensor parallelism needs tp=1 here")
+    message = batch * prompt_len * m.hidden_size * bytes_per_element(act_dtype)
+    return (
+        2
+        * m.num_layers
+        * ring_allreduce_time_s(message, tp, g.scaleup_bandwidth * bus_efficiency, latency_s)
+    )
+
+
+def ttft_s(
+    estimate: PrefillEstimate, queue_s: float = 0.0, comm_s: float = 0.0, overhead_s: float = 0.0
+) -> float:
+    """Time to first token = queueing + prefill + non-overlapped communication + fixed overhead.
+
+    The first output token is sampled from the prefill pass's last logits, so no decode step
+    is added. Pass queue_s = 0 to state a TTFT with queueing excluded.
+    """
+    for name, v in (("queue_s", queue_s), ("comm_s", comm_s), ("overhead_s", overhead_s)):
+        if not (isinstance(v, int | float) and v >= 0 and math.isfinite(v)):
+            raise ValueError(f"{name} must be a finite number of seconds >= 0, got {v!r}")
+    return queue_s + estimate.time_s + comm_s + overhead_s
+
+
+def prompt_len_for_time(
+    mdl: str | Model,
+    chip: str | GPU,
+    target_s: float,
+    n_gpus: int = 1,
+    mfu: float = 1.0,
+    compute_dtype: str = "bf16",
+    include_attention: bool = True,
+) -> float:
+    """Prompt length whose compute time at ``mfu`` is ``target_s`` (inverse of the floor).
+
+    Solves 2N P + a P (P + 1) / 2 = target x n_gpus x peak x mfu, a = attention FLOPs per key
+    (a = 0 without attention): P = (-(2N + a/2) + sqrt((2N + a/2)^2 + 2 a C)) / a.
+    """
+    m, g = model(mdl), gpu(chip)
+    _check_tp(m, n_gpus)
+    _fraction("mfu", mfu)
+    if not (isinstance(target_s, int | float) and target_s > 0 and math.isfinite(target_s)):
+        raise ValueError(f"target_s must be a finite number of seconds > 0, got {target_s!r}")
+    c = target_s * n_gpus * g.peak_flops(compute_dtype) * mfu
+    two_n = m.weight_flops_per_token()
+    a = m.attention_flops_per_token(1) if include_attention else 0.0
+    if a == 0:
+        return c / two_n
+    b = two_n + a / 2
+    return (-b + math.sqrt(b * b + 2 * a * c)) / a
+
+
+def mfu_for_time(
+    mdl: str | Model,
+    chip: str | GPU,
+    prompt_len: int,
+    target_s: float,
+    n_gpus: int = 1,
+    compute_dtype: str = "bf16",
+    include_attention: bool = True,
+) -> float:
+    """The fraction of peak a replica must sustain to prefill ``prompt_len`` tokens in ``target_s``:
+    FLOPs / (target x n_gpus x peak). A value above 1 means the target is below the floor."""
+    if not (isinstance(target_s, int | float) and target_s > 0 and math.isfinite(target_s)):
+        raise ValueError(f"target_s must be a finite number of seconds > 0, got {target_s!r}")
+    est = prefill_estimate(
+        mdl,
+        chip,
+        prompt_len,
+        n_gpus,
+        1.0,
+        "bf16",
+        compute_dtype,
+        include_attention=include_attention,
+    )
+    return est.compute_s / target_s
+
+
+# ---- crossover: tokens per pass where weight read = matmul time ---------------------------
+
+
+def weight_bytes_read_per_pass(mdl: str | Model, tokens: int | float, dtype: str = "bf16") -> float:
+    """Weight bytes a forward pass of ``tokens`` tokens really reads from HBM.
+
+    :func:`lib.roofline.weight_bytes_read_per_step` counts every stored parameter (MoE aware);
+    but an untied embedding table is only looked up: the pass reads min(T, V) rows of it, not
+    all V. Same for a learned position table (min(T, positions) rows). A tied table is read in
+    full anyway by the output head. bytes = step bytes - (unread lookup rows) x d x b.
+    """
+    m = model(mdl)
+    if not tokens >= 1:
+        raise ValueError(f"tokens must be >= 1, got {tokens}")
+    b = bytes_per_element(dtype)
+    unread_rows = 0.0
+    if not m.tie_word_embeddings:
+        unread_rows += m.vocab_size - min(tokens, m.vocab_size)
+    if m.position_embedding == "learned":
+        unread_rows += m.max_position_embeddings - min(tokens, m.max_position_embeddings)
+    return weight_bytes_read_per_step(m, tokens, dtype) - unread_rows * m.hidden_size * b
+
+
+def weight_read_crossover_tokens(
+    mdl: str | Model,
+    chip: str | GPU,
+    weight_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+    lookup_rows_only: bool = False,
+) -> float:
+    """Tokens T per forward pass at which 2 N_active T / peak = weight bytes read(T) / bandwidth.
+
+    Dense, every stored byte counted (``lookup_rows_only=False``, lib.roofline's convention):
+    the closed form T* = ridge x b x N_total / (2 N_matmul). MoE: the bytes read grow with T as
+    more distinct experts are touched (uniform routing), so T* is found by bisection over T >= 1.
+    ``lookup_rows_only=True`` counts only the embedding rows a pass looks up
+    (:func:`weight_bytes_read_per_pass`), also by bisection. Attention and the KV cache are
+    ignored (the crossover of the weight GEMMs alone).
+    """
+    m, g = model(mdl), gpu(chip)
+    peak, bw = g.peak_flops(compute_dtype), g.memory_bandwidth
+    b = bytes_per_element(weight_dtype)
+    if not m.is_moe and not lookup_rows_only:
+        return g.ridge_point(compute_dtype) * b * m.params_total / m.weight_flops_per_token()
+    read = weight_bytes_read_per_pass if lookup_rows_only else weight_bytes_read_per_step
+
+    def gap(t: float) -> float:
+        return m.weight_flops_per_token() * t / peak - read(m, t, weight_dtype) / bw
+
+    return _first_crossing(gap)
+
+
+def _first_crossing(gap) -> float:
+    """Smallest t >= 1 with gap(t) >= 0, for gap increasing once positive (bisection, 1e-9 relative)."""
+    if gap(1.0) >= 0:
+        return 1.0
+    lo, hi = 1.0, 2.0
+    while gap(hi) < 0:
+        lo, hi = hi, hi * 2
+        if hi > 1e12:
+            raise ValueError("no crossover below 1e12 tokens")
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if gap(mid) < 0 else (lo, mid)
+        if hi - lo <= 1e-9 * hi:
+            break
+    return hi
+
+
+# ---- decode: the KV cache's two ceilings on batching --------------------------------------
+
+
+def kv_capacity_sequences(
+    mdl: str | Model,
+    chip: str | GPU,
+    context: int,
+    tp: int = 1,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    memory_utilization: float = 1.0,
+    reserve_bytes_per_gpu: float = 0.0,
+) -> int:
+    """Largest batch whose KV cache fits beside the weights, each sequence at ``context`` tokens.
+
+    B_max = floor((memory x utilization - weights / tp - reserve) / (context x KV bytes/token x
+    shard fraction)), per GPU. Raises ValueError when the weights alone do not fit.
+    """
+    m, g = model(mdl), gpu(chip)
+    _check_tp(m, tp)
+    _positive_int("context", context)
+    _fraction("memory_utilization", memory_utilization)
+    if reserve_bytes_per_gpu < 0:
+        raise ValueError(f"reserve_bytes_per_gpu must be >= 0, got {reserve_bytes_per_gpu}")
+    free = (
+        g.memory_bytes * memory_utilization
+        - m.weight_bytes(weight_dtype) / tp
+        - reserve_bytes_per_gpu
+    )
+    if free <= 0:
+        raise ValueError(
+            f"{m.key} in {weight_dtype} needs {m.weight_bytes(weight_dtype) / tp / 1e9:.1f} GB "
+            f"per GPU at tp={tp}; {g.key} offers {g.memory_bytes * memory_utilization / 1e9:.1f} GB "
+            f"at utilization {memory_utilization}: raise tp or quantize the weights"
+        )
+    per_seq = context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp)
+    return int(free // per_seq)
+
+
+def decode_intensity(
+    mdl: str | Model,
+    batch: int,
+    context: int = 0,
+    tp: int = 1,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+) -> float:
+    """FLOP per byte of a whole decode step on one of ``tp`` GPUs (weights + KV read).
+
+    I = B (2N + attention(c)) / (W(B) + B c k s), with W(B) the weight bytes read (MoE aware),
+    k KV bytes per token and s the shard fraction (tp cancels while tp <= KV heads). With
+    context 0 this is the weight GEMMs alone: 2 N_matmul B / (N_total b), about B in BF16.
+    """
+    m = model(mdl)
+    _check_tp(m, tp)
+    _positive_int("batch", batch)
+    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+        raise ValueError(f"context must be an integer >= 0 tokens, got {context!r}")
+    flops = batch * m.flops_per_token(context) / tp
+    nbytes = weight_bytes_read_per_step(
+        m, batch, weight_dtype
+    ) / tp + batch * context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp)
+    return flops / nbytes
+
+
+def decode_intensity_limit(
+    mdl: str | Model, context: int, tp: int = 1, kv_dtype: str = "bf16"
+) -> float:
+    """Decode-step intensity as batch -> infinity: (2N + attention(c)) / tp / (c x KV bytes x shard).
+
+    The weights amortize away and every sequence still reads its own KV: this is the highest
+    intensity any batch reaches at ``context``.
+    """
+    m = model(mdl)
+    _check_tp(m, tp)
+    _positive_int("context", context)
+    return (
+        m.flops_per_token(context)
+        / tp
+        / (context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp))
+    )
+
+
+def decode_ridge_batch(
+    mdl: str | Model,
+    chip: str | GPU,
+    context: int = 0,
+    tp: int = 1,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+) -> float:
+    """Smallest batch at which a decode step's FLOP time reaches its byte time (whole step).
+
+    Dense: B* = (W / tp / BW) / (F(c) / tp / peak - c k s / BW), with W weight bytes, F(c) FLOPs
+    per token at context c, k KV bytes per token and s the shard fraction; math.inf when the
+    denominator is <= 0 (the KV read alone outpaces the compute: no batch gets there).
+    MoE: bisection over B >= 1 (the weights read grow with the batch as more experts are touched).
+    """
+    m, g = model(mdl), gpu(chip)
+    _check_tp(m, tp)
+    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+        raise ValueError(f"context must be an integer >= 0 tokens, got {context!r}")
+    per_seq = (
+        m.flops_per_token(context) / tp / g.peak_flops(compute_dtype)
+        - context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp) / g.memory_bandwidth
+    )
+    if per_seq <= 0:
+        return math.inf
+    bw = g.memory_bandwidth
+    if not m.is_moe:
+        return weight_bytes_read_per_step(m, 1, weight_dtype) / tp / bw / per_seq
+
+    def gap(b: float) -> float:
+        return b * per_seq - weight_bytes_read_per_step(m, b, weight_dtype) / tp / bw
+
+    return _first_crossing(gap)
+
+
+def max_context_for_ridge(
+    mdl: str | Model,
+    chip: str | GPU,
+    tp: int = 1,
+    kv_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+) -> float:
+    """Longest context at which some decode batch still reaches the ridge (whole step).
+
+    Solves (2N + a c) / tp = R x c x k x s for c: c = 2N / (tp R k s - a), a = attention FLOPs per
+    key, k = KV bytes per token, s = shard fraction, R = ridge; math.inf if tp R k s <= a.
+    """
+    m, g = model(mdl), gpu(chip)
+    _check_tp(m, tp)
+    denom = tp * g.ridge_point(compute_dtype) * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(
+        m, tp
+    ) - m.attention_flops_per_token(1)
+    return math.inf if denom <= 0 else m.weight_flops_per_token() / denom

@@ -1,0 +1,154 @@
+"""lib.datasheet: generation ratios, regimes, headline checks, bytes per FLOP and shoreline."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lib import datasheet as ds
+from lib import throughput as tput
+from lib.models import model
+
+
+def test_bytes_per_flop_is_the_inverse_published_ridge():
+    # scaling-book gpus.md: H100 SXM ridge 990e12 / 3.35e12 = 295; B200 2250e12 / 8e12 = 281
+    assert math.isclose(1 / ds.bytes_per_flop("h100-sxm"), 295, rel_tol=0.005)
+    assert math.isclose(1 / ds.bytes_per_flop("b200"), 281, rel_tol=0.005)
+
+
+def test_spec_ratios_from_datasheets():
+    r = ds.spec_ratios("a100-sxm", "h100-sxm")
+    assert math.isclose(r["flops"], 989 / 312) and math.isclose(r["bandwidth"], 3.35 / 2.039)
+    assert math.isclose(r["bytes_per_flop"], r["bandwidth"] / r["flops"])
+    assert ds.spec_ratios("h100-sxm", "h200")["flops"] == 1.0
+    assert math.isclose(ds.spec_ratios("h100-sxm", "h200")["capacity"], 141 / 80)
+
+
+def test_gpus_to_fit():
+    # 70B BF16 = 141.1 GB; usable 0.9 x capacity: A100/H100 72 GB, H200 127 GB, B200 162 GB
+    assert [ds.gpus_to_fit("llama-3.1-70b", g) for g in ds.GENERATIONS] == [2, 2, 2, 1]
+    assert ds.gpus_to_fit("llama-3.1-70b", "h200", "fp8") == 1
+    with pytest.raises(ValueError, match="does not fit"):
+        ds.gpus_to_fit("llama-3.1-405b", "l4", max_gpus=4)
+
+
+def test_gpus_for_batch_matches_kv_ceiling():
+    n = ds.gpus_for_batch("llama-3.1-70b", "h100-sxm", 64, 4096)
+    assert tput.kv_batch_ceiling("llama-3.1-70b", "h100-sxm", 4096, n) >= 64
+    assert tput.kv_batch_ceiling("llama-3.1-70b", "h100-sxm", 4096, n // 2) < 64
+
+
+def test_regimes_reduce_to_spec_ratios_in_their_limits():
+    # long prompt: prefill compute-bound, speedup = FLOP ratio; tiny context: decode = bandwidth ratio
+    old = ds.regime_row("llama-3.1-8b", "h100-sxm", 1, 1, 8192)
+    new = ds.regime_row("llama-3.1-8b", "b200", 1, 1, 8192)
+    s = ds.regime_speedups(old, new)
+    ratios = ds.spec_ratios("h100-sxm", "b200")
+    assert math.isclose(s["compute"], ratios["flops"], rel_tol=1e-6)
+    assert math.isclose(s["bandwidth"], ratios["bandwidth"], rel_tol=0.01)
+    assert s["capacity"] > 0
+
+
+def test_capacity_speedup_second_method():
+    # capacity tokens/s = B_max / (t0 + B_max c) from the throughput module directly
+    row = ds.regime_row("llama-3.1-70b", "h200", 2, 4096, 1024)
+    line = tput.decode_step_line("llama-3.1-70b", "h200", 4096, 2)
+    b = tput.kv_batch_ceiling("llama-3.1-70b", "h200", 4096, 2)
+    assert row.capacity_batch == b
+    assert math.isclose(
+        row.capacity_tokens_per_s, b / (line.fixed_s + b * line.per_sequence_s), rel_tol=1e-12
+    )
+    old = ds.regime_row("llama-3.1-70b", "h100-sxm", 2, 4096, 1024)
+    assert (
+        ds.regime_speedups(old, row)["capacity"] > ds.spec_ratios("h100-sxm", "h200")["bandwidth"]
+    )
+
+
+def test_per_user_ceiling():
+    # 3.35 TB/s / (70.6e9 x 2 B) = 23.7 tokens/s: the one division
+    x = ds.per_user_decode_ceiling("llama-3.1-70b", "h100-sxm")
+    assert math.isclose(x, 3.35e12 / (model("llama-3.1-70b").params_total * 2), rel_tol=1e-12)
+    assert math.isclose(x, 23.7, rel_tol=0.01)
+    assert ds.per_user_decode_ceiling("llama-3.1-70b", "h100-sxm", context=8192) < x
+    assert math.isclose(
+        ds.per_user_decode_ceiling("llama-3.1-70b", "h100-sxm", tokens_per_weight_read=3), 3 * x
+    )
+
+
+def test_per_user_ceiling_moe_reads_active_experts():
+    # Mixtral at batch 1 reads 12.9B active parameters (Mistral AI), not all 46.7B
+    x = ds.per_user_decode_ceiling("mixtral-8x7b", "h200")
+    assert math.isclose(x, 4.8e12 / (12.9e9 * 2), rel_tol=0.01)
+
+
+def test_speculative_known_value():
+    # Leviathan et al. 2023 eq. 1: (1 - 0.8^5) / 0.2 = 3.3616
+    assert math.isclose(ds.speculative_tokens_per_step(0.8, 4), 3.3616, rel_tol=1e-12)
+    assert (
+        ds.speculative_tokens_per_step(1.0, 4) == 5 and ds.speculative_tokens_per_step(0.0, 4) == 1
+    )
+    assert math.isclose(ds.speculative_speedup(0.8, 4, 0.05), 3.3616 / 1.2, rel_tol=1e-12)
+
+
+@given(st.floats(0.0, 0.99), st.integers(0, 8))
+def test_speculative_closed_form_against_monte_carlo(alpha, gamma):
+    sim = ds.simulate_speculative_tokens_per_step(alpha, gamma, steps=20000, seed=5)
+    closed = ds.speculative_tokens_per_step(alpha, gamma)
+    stderr = max(sim.std(ddof=1), 0.5) / math.sqrt(len(sim))
+    assert abs(sim.mean() - closed) <= 5 * stderr
+
+
+@given(st.floats(1.01, 4.0), st.integers(1, 8), st.floats(0.0, 0.2))
+def test_acceptance_needed_inverts_the_speedup(target, gamma, cost):
+    a = ds.acceptance_needed(target, gamma, cost)
+    if math.isinf(a):
+        assert ds.speculative_speedup(1.0, gamma, cost) < target
+    elif a > 0:
+        assert math.isclose(ds.speculative_speedup(a, gamma, cost), target, rel_tol=1e-9)
+
+
+def test_batch_for_aggregate_solves_the_hyperbola():
+    b = ds.batch_for_aggregate(2000, "llama-3.1-70b", "h100-sxm", 8, 2048)
+    line = tput.decode_step_line("llama-3.1-70b", "h100-sxm", 2048, 8)
+    assert math.isclose(line.throughput(b), 2000, rel_tol=1e-9)
+    assert math.isinf(ds.batch_for_aggregate(1e9, "llama-3.1-70b", "h100-sxm", 8, 2048))
+
+
+def test_headline_scenarios():
+    rows = ds.headline_scenarios(300, "llama-3.1-70b", "h100-sxm", 1, 2048)
+    first = rows[0]
+    assert not first.fits  # 141 GB of BF16 weights on one 80 GB GPU
+    assert math.isclose(
+        first.tokens_per_s, ds.per_user_decode_ceiling("llama-3.1-70b", "h100-sxm", 1, "bf16", 2048)
+    )
+    names = [r.name for r in rows if r.meets(300)]
+    assert "llama-3.1-8b FP8 (a smaller model)" in names
+    with pytest.raises(ValueError, match="claim"):
+        ds.headline_scenarios(0, "llama-3.1-70b", "h100-sxm")
+
+
+def test_workload_bytes_per_flop():
+    m = model("llama-3.1-70b")
+    # batch 1, no context, BF16: 2 N_total bytes over 2 N_matmul FLOPs ~ 1 byte per FLOP
+    x = ds.decode_bytes_per_flop(m, 1, 0)
+    assert math.isclose(x, 2 * m.params_total / m.weight_flops_per_token(), rel_tol=1e-12)
+    assert 0.95 < x < 1.05
+    arr = ds.decode_bytes_per_flop(m, np.array([1, 2, 4]), 0)
+    assert np.allclose(arr, x / np.array([1, 2, 4]))
+    # GQA: 64 query heads share 8 KV heads, so MHA would cache 8x the bytes
+    assert ds.kv_bytes_per_token_mha(m) == 8 * m.kv_bytes_per_token()
+    with pytest.raises(ValueError, match="batch"):
+        ds.decode_bytes_per_flop(m, 0, 0)
+
+
+def test_hbm_and_shoreline():
+    # JEDEC HBM3: 6.4 Gb/s x 1024 pins / 8 = 819.2 GB/s per stack
+    assert math.isclose(ds.hbm_stack_bandwidth(6.4), 819.2e9)
+    # H100: 3.35 TB/s over 5 stacks x 1024 bits = 5.23 Gb/s per pin
+    assert math.isclose(ds.implied_pin_rate_gbps("h100-sxm"), 3.35e12 * 8 / 5120 / 1e9)
+    assert ds.stacks_on_shoreline(33, 11, 2) == 6
+    assert math.isclose(ds.shoreline_bandwidth_per_die(6.4), 6 * 819.2e9)
+    with pytest.raises(ValueError, match="stack count"):
+        ds.implied_pin_rate_gbps("l4")

@@ -1,0 +1,225 @@
+"""lib.kv_tiering: fetch against recompute per tier, the break-even ratio, and SSD wear-out.
+
+Expected values are worked by hand from the datasheet figures in data/kv_tiers.yaml and
+data/hardware.yaml (H100 SXM dense BF16 989 TFLOP/s), or checked by a second method (bisection,
+brute-force comparison)."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lib import kv_tiering as kt
+from lib.models import model
+
+H100_BF16 = 989e12  # NVIDIA H100 SXM datasheet, dense BF16 (data/hardware.yaml)
+KV_70B = 327_680  # 80 layers x 2 x 8 KV heads x 128 x 2 bytes (data/models.yaml published value)
+
+
+def test_default_node_matches_the_yaml():
+    n = kt.default_node()
+    assert n.gpus_per_node == 8 and n.ssd_drives == 8
+    assert n.dram_bytes == 2e12  # 32 x 64 GB DIMMs (MLPerf v4.1 NVIDIA H200 system JSON)
+    assert math.isclose(n.dram_bandwidth, 16 * 38.4e9)  # 2 sockets x 8 DDR5-4800 channels
+    assert (
+        n.pcie_h2d_bandwidth == 55e9
+        and n.ssd_read_bandwidth == 13e9
+        and n.ssd_write_bandwidth == 6.6e9
+    )
+    assert n.ssd_dwpd == 1.0 and n.ssd_warranty_years == 5.0
+    assert kt.default_node(ssd_drives=1).ssd_drives == 1
+    with pytest.raises(ValueError, match="unknown NodeSpec"):
+        kt.default_node(hbm=1)
+    with pytest.raises(ValueError, match="ssd_read_efficiency"):
+        kt.default_node(ssd_read_efficiency=1.5)
+    assert set(kt.workload_defaults()) == {
+        "prefill_share",
+        "output_tokens_per_prompt_token",
+        "spill_fraction",
+    }
+
+
+def test_fetch_time_by_hand():
+    # 32,768 tokens x 327,680 B = 10.74 GB over 8 x 55 GB/s = 440 GB/s -> 24.4 ms (+ 20 us)
+    t = kt.fetch_time_s("llama-3.1-70b", 32768, 440e9, "bf16", 20e-6)
+    assert math.isclose(t, 20e-6 + 32768 * KV_70B / 440e9, rel_tol=1e-12)
+    assert math.isclose(t, 0.02442, rel_tol=1e-3)
+    assert kt.fetch_time_s("llama-3.1-70b", 10, math.inf) == 0.0
+    assert kt.fetch_time_s("llama-3.1-70b", 10, 1e9, "fp8") * 2 == pytest.approx(
+        kt.fetch_time_s("llama-3.1-70b", 10, 1e9, "bf16")
+    )
+    with pytest.raises(ValueError, match="bandwidth"):
+        kt.fetch_time_s("llama-3.1-70b", 10, 0)
+    with pytest.raises(ValueError, match="prefix_tokens"):
+        kt.fetch_time_s("llama-3.1-70b", 0, 1e9)
+
+
+def test_recompute_time_by_hand():
+    # Llama 3.1 70B: 69,501,714,432 matmul params (lib.prefill inventory test) -> 2N per token;
+    # attention 4 x 80 layers x 64 heads x 128 = 2,621,440 FLOP per context token; causal mean (P+1)/2
+    p = 4096
+    flops = p * (2 * 69_501_714_432 + 2_621_440 * (p + 1) / 2)
+    c = 8 * H100_BF16 * 0.6
+    assert math.isclose(
+        kt.recompute_time_s("llama-3.1-70b", "h100-sxm", p, 8, "bf16", 0.6), flops / c, rel_tol=1e-9
+    )
+    assert kt.compute_rate("h100-sxm", 8, "bf16", 0.6) == pytest.approx(c)
+    with pytest.raises(ValueError, match="mfu"):
+        kt.compute_rate("h100-sxm", 1, "bf16", 0)
+
+
+def test_intensity_ridge_and_breakeven_are_one_ratio():
+    m, g, p = "llama-3.1-70b", "h100-sxm", 32768
+    i = kt.recompute_intensity(m, p)
+    assert i == pytest.approx(model(m).prefill_flops(p) / (p * KV_70B))
+    w_star = kt.breakeven_bandwidth(m, g, p, 8)
+    assert w_star * i == pytest.approx(kt.compute_rate(g, 8))
+    assert kt.tier_ridge(g, w_star, 8) == pytest.approx(i)
+    # at W* fetch (no latency) and recompute take the same time
+    assert kt.fetch_time_s(m, p, w_star) == pytest.approx(kt.recompute_time_s(m, g, p, 8))
+
+
+def test_breakeven_bandwidth_is_the_kv_creation_rate_of_a_flat_out_prefill():
+    for m, n in (("llama-3.1-70b", 8), ("llama-3.1-8b", 1), ("llama-2-7b", 1)):
+        full = kt.kv_write_rate(
+            m,
+            "h100-sxm",
+            8192,
+            n,
+            prefill_share=1.0,
+            output_tokens_per_prompt_token=0.0,
+            spill_fraction=1.0,
+        )
+        assert full == pytest.approx(kt.breakeven_bandwidth(m, "h100-sxm", 8192, n))
+
+
+@pytest.mark.parametrize(
+    "m,n,g",
+    [
+        ("llama-3.1-8b", 1, "b200"),
+        ("llama-2-7b", 1, "h100-sxm"),
+        ("llama-3.1-70b", 8, "h100-sxm"),
+        ("deepseek-v3", 8, "h200"),
+    ],
+)
+def test_breakeven_prefix_matches_bisection(m, n, g):
+    bw, lat = 9.1e9, 500e-6
+    p_star = kt.breakeven_prefix_tokens(m, g, bw, lat, n)
+
+    def gap(p):  # recompute - fetch, continuous in p
+        mm = model(m)
+        c = kt.compute_rate(g, n)
+        flops = p * (mm.weight_flops_per_token() + mm.attention_flops_per_token(1) * (p + 1) / 2)
+        return flops / c - (lat + p * mm.kv_bytes_per_token() / bw)
+
+    lo, hi = 1e-9, 1e9
+    assert gap(lo) < 0 < gap(hi)  # recompute wins at tiny P (latency), fetch at huge P
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gap(mid) < 0 else (lo, mid)
+    assert p_star == pytest.approx(lo, rel=1e-6)
+    # and the sign flips there on the real (integer) functions
+    if p_star > 2:
+        below = int(p_star * 0.9) or 1
+        assert kt.recompute_time_s(m, g, below, n) < kt.fetch_time_s(m, below, bw, "bf16", lat)
+    above = int(p_star * 1.1) + 2
+    assert kt.recompute_time_s(m, g, above, n) > kt.fetch_time_s(m, above, bw, "bf16", lat)
+
+
+def test_breakeven_prefix_edge_cases():
+    # no latency and a huge bandwidth: fetch wins from the first token
+    assert kt.breakeven_prefix_tokens("llama-3.1-70b", "h100-sxm", 1e15, 0.0, 8) == 0.0
+    with pytest.raises(ValueError, match="latency_s"):
+        kt.breakeven_prefix_tokens("llama-3.1-70b", "h100-sxm", 1e9, -1.0, 8)
+
+
+def test_tier_costs_shares_and_bandwidths():
+    node = kt.default_node()
+    rows = {r.name: r for r in kt.tier_costs("llama-3.1-8b", "h100-sxm", 8192, 1, node)}
+    assert rows["HBM"].fetch_s == 0 and math.isinf(rows["HBM"].speedup)
+    # HBM: 80 GB x 0.9 - 8.03B params x 2 B
+    assert rows["HBM"].capacity_bytes == pytest.approx(
+        80e9 * 0.9 - model("llama-3.1-8b").weight_bytes("bf16")
+    )
+    assert rows["host DRAM"].capacity_bytes == pytest.approx(2e12 * 0.75 / 8)
+    assert rows["host DRAM"].bandwidth == 55e9  # PCIe (55) < DRAM share (614.4 / 8 = 76.8)
+    assert rows["NVMe SSD"].bandwidth == pytest.approx(
+        13e9 * 0.7
+    )  # one drive per GPU, 70% achieved
+    assert rows["NVMe SSD"].capacity_tokens == pytest.approx(3.84e12 / 131072)
+    r = rows["NVMe SSD"]
+    assert r.value_s == pytest.approx(r.recompute_s - r.fetch_s)
+    assert r.value_per_token_s == pytest.approx(r.value_s / 8192)
+    # a TP8 replica gets all 8 links and all 8 drives
+    big = {r.name: r for r in kt.tier_costs("llama-3.1-70b", "h100-sxm", 8192, 8, node)}
+    assert big["host DRAM"].bandwidth == 440e9 and big["NVMe SSD"].bandwidth == pytest.approx(
+        8 * 9.1e9
+    )
+    assert [
+        r.name
+        for r in kt.tier_costs("llama-3.1-8b", "h100-sxm", 64, 1, kt.default_node(ssd_drives=0))
+    ] == ["HBM", "host DRAM"]
+    with pytest.raises(ValueError, match="divide"):
+        kt.tier_costs("llama-3.1-8b", "h100-sxm", 64, 3, node)
+
+
+def test_dram_bandwidth_caps_when_pcie_is_faster():
+    node = kt.default_node(pcie_h2d_bandwidth=450e9)  # e.g. a C2C-attached CPU
+    assert kt.host_bandwidth(node, 8) == pytest.approx(614.4e9)
+
+
+def test_ssd_endurance_and_line_rate_floor_by_hand():
+    # PM1743 15.36 TB, 1 DWPD over 5 years: 15.36e12 x 1825 = 28.03e15 bytes (28,032 TBW)
+    assert kt.ssd_endurance_bytes(15.36e12, 1.0, 5.0) == pytest.approx(28.032e15)
+    node = kt.default_node(ssd_drives=1)
+    w = kt.ssd_wear(100e9, node)  # far more than one drive can write
+    assert w.saturated and w.absorbed_rate == 6.6e9
+    # floor: 3.84e12 x 1825 / 6.6e9 = 1.0618e6 s = 12.29 days (fill time 582 s x 1825)
+    assert w.line_rate_lifetime_s == pytest.approx(3.84e12 * 1825 / 6.6e9)
+    assert w.lifetime_days == pytest.approx(12.29, rel=1e-3)
+    slow = kt.ssd_wear(1e9, node)
+    assert not slow.saturated and slow.drive_writes_per_day == pytest.approx(1e9 * 86400 / 3.84e12)
+    assert slow.lifetime_days == pytest.approx(5 * 365 / slow.drive_writes_per_day)
+    assert math.isinf(kt.ssd_wear(0.0, node).lifetime_s)
+    assert kt.ssd_wear(1e9, node, 2.0).lifetime_s == pytest.approx(slow.lifetime_s / 2)
+    with pytest.raises(ValueError, match="no SSD"):
+        kt.ssd_wear(1e9, kt.default_node(ssd_drives=0))
+    with pytest.raises(ValueError, match="write_amplification"):
+        kt.ssd_wear(1e9, node, 0.5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=st.floats(1e6, 1e12), b=st.floats(1e6, 1e12))
+def test_lifetime_never_increases_with_the_write_rate(a, b):
+    node = kt.default_node()
+    lo, hi = sorted((a, b))
+    assert kt.ssd_wear(hi, node).lifetime_s <= kt.ssd_wear(lo, node).lifetime_s
+    assert kt.ssd_wear(hi, node).lifetime_s >= kt.ssd_wear(hi, node).line_rate_lifetime_s
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 262144), bw=st.floats(1e9, 1e12))
+def test_fetch_wins_exactly_above_the_breakeven_prefix(p, bw):
+    m, g, lat = "llama-3.1-8b", "h100-sxm", 500e-6
+    p_star = kt.breakeven_prefix_tokens(m, g, bw, lat, 1)
+    rec, fet = kt.recompute_time_s(m, g, p, 1), kt.fetch_time_s(m, p, bw, "bf16", lat)
+    if p > p_star * (1 + 1e-9):
+        assert rec >= fet * (1 - 1e-9)
+    elif p < p_star * (1 - 1e-9):
+        assert rec <= fet * (1 + 1e-9)
+
+
+def test_write_rate_scales_and_validates():
+    base = kt.kv_write_rate("llama-3.1-70b", "h100-sxm", 8192, 8)
+    assert kt.kv_write_rate(
+        "llama-3.1-70b", "h100-sxm", 8192, 8, spill_fraction=0.5
+    ) == pytest.approx(base / 2)
+    assert kt.kv_write_rate("llama-3.1-70b", "h100-sxm", 8192, 8, kv_dtype="fp8") == pytest.approx(
+        base / 2
+    )
+    tok = kt.prefill_tokens_per_s("llama-3.1-70b", "h100-sxm", 8192, 8)
+    assert base == pytest.approx(0.5 * tok * 1.1 * KV_70B)
+    with pytest.raises(ValueError, match="prefill_share"):
+        kt.kv_write_rate("llama-3.1-70b", "h100-sxm", 8192, 8, prefill_share=0)
+    assert kt.drive_writes_per_day(3.84e12 / 86400, 3.84e12) == pytest.approx(1.0)
