@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import sys
 
-from tools.notebooks import ROOT, load_bank, notebook_paths, read_info, toc_files
+from tools.notebooks import ROOT, notebook_paths, read_info, section_folders, toc_files
 
 PAGES = {"interviewer-index.md": "all", "coding-index.md": "coding"}
 
 
 def _section_titles() -> dict[str, str]:
-    bank = load_bank()
-    if bank is None:
-        return {}
-    return {s["key"]: s["title"] for s in bank["sections"]}
+    """Section key -> the title of its chapters/NN-key/index.md (so the pages need no question bank)."""
+    return {key: (folder / "index.md").read_text(encoding="utf-8").splitlines()[0].lstrip("# ").strip()
+            for key, folder in section_folders().items() if (folder / "index.md").is_file()}
 
 
 def _title(path) -> str:
