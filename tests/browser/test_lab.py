@@ -36,18 +36,21 @@ def test_run_all_then_change_an_explorer_input(page, lab):
     _menu(page, "Edit", "Clear Outputs of All Cells")  # so the checks verdict below is from this run
     _menu(page, "Run", "Run All Cells")
     page.locator(".jp-OutputArea-output", has_text="all checks passed").wait_for(state="attached", timeout=180000)
-    explorer = page.locator(".widget-vbox").filter(has=page.locator("table.explorer-table")).first
-    explorer.evaluate("e => e.scrollIntoView()")
+    # the live explorer (the newest render), scrolled on screen; force= skips Playwright's visibility
+    # wait, which JupyterLab's lazy rendering of off-screen cells can otherwise trip
+    explorer = page.locator(".widget-vbox").filter(has=page.locator("table.explorer-table")).last
+    explorer.evaluate("e => e.scrollIntoView({block: 'center'})")
     table = explorer.locator("table.explorer-table")
     assert "295" in table.inner_text()  # H100 SXM BF16 ridge, as lib computes it
     dropdown = explorer.locator("select").first  # gpu
-    dropdown.select_option("b200")
+    dropdown.select_option("b200", force=True)
     expected = sig(roofline.ridge_point("b200", "bf16"))
     page.wait_for_function(
         "([sel, want]) => [...document.querySelectorAll(sel)].some(t => t.innerText.includes(want + ' FLOP/byte'))",
         arg=["table.explorer-table", expected], timeout=30000)
     # move the M slider one step with the keyboard: M 1 -> 2 doubles the GEMM's intensity
     slider = explorer.locator(".widget-slider .ui-slider-handle, .widget-slider [role='slider']").first
+    slider.evaluate("e => e.scrollIntoView({block: 'center'})")
     slider.focus()
     slider.press("ArrowRight")
     flops, nbytes = roofline.gemm_flops_bytes(2, 28672, 8192)
