@@ -99,6 +99,13 @@ def browser():
 @pytest.fixture
 def page(browser):
     """A fresh page that records console errors, page errors and requests leaving 127.0.0.1."""
+    context, pg = open_guarded_page(browser)
+    yield pg
+    context.close()
+
+
+def open_guarded_page(browser):
+    """(context, page): the page records console errors and aborts requests leaving 127.0.0.1."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     pg = context.new_page()
     pg.console_errors, pg.outside_requests = [], []
@@ -114,5 +121,4 @@ def page(browser):
             route.abort()
 
     pg.route("**/*", guard)
-    yield pg
-    context.close()
+    return context, pg
