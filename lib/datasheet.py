@@ -26,7 +26,13 @@ from lib._data import load_yaml
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
 from lib.models import Model, model
-from lib.roofline import kv_shard_fraction, prefill, weight_bytes_read_per_step
+from lib.roofline import (
+    kv_shard_fraction,
+    lookup_bytes_read,
+    prefill,
+    weight_bytes_read_per_step,
+    weight_bytes_streamed,
+)
 from lib.throughput import DEFAULT_MEMORY_UTILIZATION, decode_step_line, kv_batch_ceiling
 
 GENERATIONS = ("a100-sxm", "h100-sxm", "h200", "b200")
@@ -161,7 +167,8 @@ def regime_row(
     p = _positive_int("prompt_len", prompt_len)
     line = decode_step_line(m, g, ctx, n, weight_dtype, kv_dtype, compute_dtype)
     b_max = kv_batch_ceiling(m, g, ctx, n, weight_dtype, kv_dtype, memory_utilization)
-    pre = prefill(m, g, p, tp=n, batch=1, weight_dtype=weight_dtype, compute_dtype=compute_dtype)
+    pre = prefill(m, g, p, tp=n, batch=1, weight_dtype=weight_dtype, compute_dtype=compute_dtype,
+                  kv_dtype=kv_dtype)
     cap = line.throughput(b_max) if b_max > 0 else 0.0
     return RegimeRow(g.key, n, pre.time_s, line.throughput(1), b_max, cap)
 
@@ -436,10 +443,12 @@ def decode_bytes_per_flop(
 ) -> float:
     """HBM bytes per FLOP a decode step asks for (the workload's side of the balance):
 
-    (weights x b_w / (B tau) + context x KV bytes/token) / FLOPs per token at ``context``,
-    with tau tokens accepted per weight pass (speculative decoding) and KV bytes/token from
-    the model unless ``kv_bytes_per_token`` overrides it (e.g. to undo GQA). Weights assume
-    every expert is read (MoE at large batch). ``batch`` may be an array (one value per batch).
+    (weights streamed / (B tau) + d x b_w + context x KV bytes/token) / FLOPs per token at
+    ``context``, with tau tokens accepted per weight pass (speculative decoding), d x b_w the
+    token's embedding row, and KV bytes/token from the model unless ``kv_bytes_per_token``
+    overrides it (e.g. to undo GQA). Weights streamed: :func:`lib.roofline.weight_bytes_streamed`
+    (all but the embedding table; every expert, i.e. MoE at large batch). ``batch`` may be an
+    array (one value per batch).
     """
     m = model(mdl)
     b = np.asarray(batch, dtype=float)
@@ -451,7 +460,8 @@ def decode_bytes_per_flop(
     kv = m.kv_bytes_per_token(kv_dtype) if kv_bytes_per_token is None else float(kv_bytes_per_token)
     if not (math.isfinite(kv) and kv >= 0):
         raise ValueError(f"kv_bytes_per_token must be a finite number >= 0, got {kv}")
-    per_token_bytes = m.weight_bytes(weight_dtype) / (b * tokens_per_weight_read) + ctx * kv
+    row = lookup_bytes_read(m, 1, weight_dtype)
+    per_token_bytes = weight_bytes_streamed(m, weight_dtype) / (b * tokens_per_weight_read) + row + ctx * kv
     out = per_token_bytes / m.flops_per_token(ctx)
     return float(out) if out.ndim == 0 else out
 

@@ -392,6 +392,11 @@ def comm_compute_ratio(
     )
 
 
+def _check_explicit_link(link: str) -> None:
+    if link not in ("nvlink", "network"):
+        raise ValueError(f"link must be 'nvlink' or 'network' here, got {link!r}")
+
+
 def comm_binds_tp(
     shape: FFNShape,
     chip: str | GPU,
@@ -401,8 +406,7 @@ def comm_binds_tp(
 ) -> float:
     """TP degree past which the all-reduce outlasts the matmuls at any T: n = 1 + k f B / (b_a P)."""
     g = gpu(chip)
-    if link not in ("nvlink", "network"):
-        raise ValueError(f"link must be 'nvlink' or 'network' here, got {link!r}")
+    _check_explicit_link(link)
     bw = g.scaleup_bandwidth if link == "nvlink" else g.scaleout_bandwidth
     if not bw:
         raise ValueError(f"{g.name} has no {link} bandwidth in data/hardware.yaml")
@@ -424,8 +428,7 @@ def decode_comm_crossover_tp(
     from lib.units import US
 
     g = gpu(chip)
-    if link not in ("nvlink", "network"):
-        raise ValueError(f"link must be 'nvlink' or 'network' here, got {link!r}")
+    _check_explicit_link(link)
     read = shape.weight_params * bytes_per_element(weight_dtype) / g.memory_bandwidth
     if link == "network":
         return read / allreduce_latency_s(2, "network")
@@ -439,13 +442,7 @@ def _bound_codes(lines: CostLines, tokens):
     """Index into BOUNDS of the binding cost at each of ``tokens`` (numpy array)."""
     import numpy as np
 
-    t = np.asarray(tokens, dtype=float)
-    compute, hbm, lat, bw = (
-        lines.compute_slope * t,
-        lines.hbm_intercept + lines.hbm_slope * t,
-        lines.comm_latency,
-        lines.comm_slope * t,
-    )
+    compute, hbm, lat, bw = lines.at(np.asarray(tokens, dtype=float))
     comm = lat + bw
     stacked = np.stack([compute, hbm, comm])
     best = np.argmax(stacked, axis=0)  # ties go to the first: compute, then HBM
@@ -479,12 +476,11 @@ def plot_regime_map(
     Closed-form compute/HBM boundaries are drawn as black ticks on each row. Returns the Figure.
     """
     import numpy as np
-    from matplotlib.colors import ListedColormap
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
+
+    from lib.svgplot import Figure, Patch
 
     if ax is None:
-        fig = Figure(figsize=(6.0, 3.25), dpi=72)  # whole pixels: stable reprs
+        fig = Figure(figsize=(6.0, 3.25))
         ax = fig.add_subplot()
     else:
         fig = ax.figure
@@ -493,7 +489,7 @@ def plot_regime_map(
     codes = np.array(
         [_bound_codes(cost_lines(shape, chip, n, link, **kwargs), tokens) for n in tps]
     )
-    cmap = ListedColormap(["#d62728", "#1f77b4", "#ff7f0e", "#ffbb78"])
+    colors = ["#d62728", "#1f77b4", "#ff7f0e", "#ffbb78"]  # one per entry of BOUNDS
     x_edges = np.concatenate(
         [
             [tokens[0] / 1.5],
@@ -502,7 +498,7 @@ def plot_regime_map(
         ]
     )
     y_edges = np.arange(len(tps) + 1) - 0.5
-    ax.pcolormesh(x_edges, y_edges, codes, cmap=cmap, vmin=-0.5, vmax=3.5, shading="flat")
+    ax.pcolormesh(x_edges, y_edges, codes, cmap=colors, vmin=-0.5, vmax=3.5, shading="flat")
     for i, n in enumerate(tps):
         t_star = compute_hbm_boundary_tokens(
             shape,
@@ -525,7 +521,7 @@ def plot_regime_map(
     ax.set_xlabel("tokens in the forward pass (T)")
     ax.set_ylabel("TP degree n")
     ax.minorticks_off()
-    handles = [Patch(color=c, label=b) for c, b in zip(cmap.colors, BOUNDS, strict=True)]
+    handles = [Patch(color=c, label=b) for c, b in zip(colors, BOUNDS, strict=True)]
     ax.legend(handles=handles, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     fig.subplots_adjust(bottom=0.3)
     return fig

@@ -11,7 +11,8 @@ Two uses:
   :func:`gap_buckets_closed_form` prices the same buckets from formulas, as a second method.
 * **Where the roofline breaks** in a capacity plan: :func:`roofline_plan` (the twenty-line
   estimate), :func:`plan_waterfall` (what each break adds to a step), and single-number
-  helpers for the breaks that are not additive (MoE load, KV capacity, L2 residency).
+  helpers for the breaks that are not additive (MoE load, L2 residency; KV capacity is
+  :func:`lib.memory.kv_capacity_tokens`).
 
 Every constant that is not a datasheet number comes from ``data/kernel_assumptions.yaml``,
 each with a source or an explicit assumption. SI units: seconds, bytes, FLOP.
@@ -211,6 +212,20 @@ def _kernel_time(
     return ov.kernel_fixed_s + max(mem, comp)
 
 
+def _allreduce_s(m: Model, chip: GPU, tp: int, batch: int, ov: Overheads) -> float:
+    """One all-reduce of the step's activations (batch x hidden x 2 B) over the NVLink ring, s."""
+    return ring_allreduce_time_s(
+        batch * m.hidden_size * 2.0, tp, chip.scaleup_bandwidth or 1.0, ov.allreduce_latency_s
+    )
+
+
+def _logits_gather_s(m: Model, chip: GPU, tp: int, batch: int, ov: Overheads) -> float:
+    """The vocabulary-parallel LM head's all-gather of FP32 logits:
+    latency + (tp - 1) / tp x batch x V x 4 B / link bandwidth, seconds."""
+    link = chip.scaleup_bandwidth or 1.0
+    return ov.allreduce_latency_s + (tp - 1) / tp * batch * m.vocab_size * 4.0 / link
+
+
 def _step_kernel_list(
     m: Model,
     chip: GPU,
@@ -243,15 +258,7 @@ def _step_kernel_list(
 
     def launch(name: str) -> tuple[str, str, float, float]:
         if name == "AR":
-            msg = batch * m.hidden_size * 2.0
-            return (
-                "nccl_all_reduce",
-                "nccl",
-                ring_allreduce_time_s(
-                    msg, tp, chip.scaleup_bandwidth or 1.0, ov.allreduce_latency_s
-                ),
-                0.0,
-            )
+            return ("nccl_all_reduce", "nccl", _allreduce_s(m, chip, tp, batch, ov), 0.0)
         key = norm_key if name in ("rmsnorm", "fused_add_norm") else name
         if key == "rotary_kv_write" and key not in by:  # learned positions: no rotary
             key = "kv_cache_write"
@@ -269,8 +276,7 @@ def _step_kernel_list(
         seq.append(launch("rmsnorm"))  # the final norm (the (2L+1)-th launch)
     seq.append(launch("lm_head"))
     if tp > 1:  # vocabulary-parallel LM head: gather the logits
-        gather = (tp - 1) / tp * batch * m.vocab_size * 4.0 / (chip.scaleup_bandwidth or 1.0)
-        seq.append(("nccl_all_gather", "nccl", ov.allreduce_latency_s + gather, 0.0))
+        seq.append(("nccl_all_gather", "nccl", _logits_gather_s(m, chip, tp, batch, ov), 0.0))
     s = by["sampling"]
     per = _kernel_time(s, ov.sampling_kernels, chip, compute_dtype, ov)
     seq += [("sampling", "sampling", per, 0.0)] * ov.sampling_kernels
@@ -412,13 +418,7 @@ def gap_buckets_closed_form(
         else:
             out["tiny_kernels"] += t
     if tp > 1:
-        per_ar = ring_allreduce_time_s(
-            batch * m.hidden_size * 2.0, tp, g.scaleup_bandwidth or 1.0, ov.allreduce_latency_s
-        )
-        gather = ov.allreduce_latency_s + (tp - 1) / tp * batch * m.vocab_size * 4.0 / (
-            g.scaleup_bandwidth or 1.0
-        )
-        out["nccl"] = 2 * L * per_ar + gather
+        out["nccl"] = 2 * L * _allreduce_s(m, g, tp, batch, ov) + _logits_gather_s(m, g, tp, batch, ov)
         n_kernels += 2 * L + 1
     out["launch_gaps"] = (n_kernels - 1) * ov.launch_gap_s
     out["sampling_host"] += ov.host_step_s + ov.host_sync_s
@@ -430,9 +430,11 @@ def weight_floor_s(
 ) -> float:
     """GEMM weight bytes one rank reads per step / datasheet bandwidth, seconds.
 
-    This is the floor the trace attribution uses: matmul weights only (every layer's four
-    GEMMs and the LM head). The usual 'parameters x bytes / bandwidth' also counts the
-    embedding table, of which a decode step reads only one row per sequence.
+    This is the floor the trace attribution uses (the sum of the trace's ``floor_s``): matmul
+    weights only (every layer's four GEMMs and the LM head), each sharded as its kernel is. It
+    differs from :func:`lib.roofline.weight_bytes_read_per_step` / tp / bandwidth on purpose:
+    the norm weights and the lookup rows are read by non-GEMM kernels (the tiny-kernel bucket),
+    and past the KV-head count the K and V projections are replicated, not split.
     """
     m, g = model(mdl), gpu(chip)
     table = decode_step_kernels(m, g, 1, 1, tp, weight_dtype)
@@ -442,8 +444,8 @@ def weight_floor_s(
 def trace_figure(trace: Trace, layers: int = 2, buckets: dict[str, float] | None = None):
     """Two panels: the first ``layers`` layers of the trace as a Gantt strip (µs, coloured by
     kernel category, white = idle), and the step's buckets as one stacked bar (ms). Returns a
-    matplotlib Figure (imported here)."""
-    from matplotlib.figure import Figure
+    :class:`lib.svgplot.Figure`."""
+    from lib.svgplot import Figure
 
     if layers < 1:
         raise ValueError(f"layers must be >= 1, got {layers}")
@@ -454,7 +456,7 @@ def trace_figure(trace: Trace, layers: int = 2, buckets: dict[str, float] | None
         "nccl": ("#c44e52", "NCCL"),
         "sampling": ("#8172b3", "sampling"),
     }
-    fig = Figure(figsize=(7.0, 4.5), dpi=72)
+    fig = Figure(figsize=(7.0, 4.5))
     ax1, ax2 = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
     qkv = [i for i, e in enumerate(trace.events) if e.name == "qkv_proj"]
     stop = qkv[layers] if len(qkv) > layers else len(trace.events)
@@ -599,18 +601,41 @@ def plan_waterfall(
     ]
     # chunked prefill: the step's GEMMs now multiply batch + chunk rows; they stay at the
     # (achieved) weight-read time until the FLOPs catch up, then grow with the chunk
-    peak = g.peak_flops("fp8" if weight_dtype == "fp8" and "fp8" in g.dtypes else "bf16")
-    rate = ov.flops_efficiency * peak
     chunk = prefill_tokens_per_step(batch, prompt_len, output_len)
-    decode_flops = batch * m.weight_flops_per_token() / tp
-    chunk_flops = chunk * m.prefill_flops(max(prompt_len, 1)) / max(prompt_len, 1) / tp
     weights_eff = b["floor"] / ov.hbm_efficiency
-    before = max(weights_eff, decode_flops / rate)
-    after = max(weights_eff, (decode_flops + chunk_flops) / rate)
-    throttled = max(weights_eff, (decode_flops + chunk_flops) / (rate * clock_fraction))
+    step = dict(m=m, g=g, tp=tp, batch=batch, prompt_len=max(prompt_len, 1),
+                weights_eff_s=weights_eff, weight_dtype=weight_dtype, ov=ov)
+    before = _mixed_step_gemm_s(chunk_tokens=0, **step)
+    after = _mixed_step_gemm_s(chunk_tokens=chunk, **step)
+    throttled = _mixed_step_gemm_s(chunk_tokens=chunk, clock_fraction=clock_fraction, **step)
     rows.append(("prefill mixed into each step", after - before))
     rows.append(("clock throttling (compute-bound part)", throttled - after))
     return rows
+
+
+def _mixed_step_gemm_s(
+    m: Model,
+    g: GPU,
+    tp: int,
+    batch: int,
+    chunk_tokens: float,
+    prompt_len: int,
+    weights_eff_s: float,
+    weight_dtype: str,
+    ov: Overheads,
+    clock_fraction: float = 1.0,
+) -> float:
+    """GEMM time of a step carrying ``batch`` decode tokens and ``chunk_tokens`` of a
+    ``prompt_len``-token prompt, on one of ``tp`` GPUs, seconds: max(achieved weight read,
+    (decode + chunk) FLOPs / (flops_efficiency x peak x clock_fraction)), with decode FLOPs =
+    batch x 2N / tp and chunk FLOPs = chunk x prefill_flops(P) / P / tp; the FP8 peak when the
+    weights are FP8 and the chip has FP8 tensor cores."""
+    peak = g.peak_flops("fp8" if weight_dtype == "fp8" and "fp8" in g.dtypes else "bf16")
+    rate = ov.flops_efficiency * peak
+    flops = batch * m.weight_flops_per_token() / tp
+    if chunk_tokens:
+        flops += chunk_tokens * m.prefill_flops(prompt_len) / prompt_len / tp
+    return max(weights_eff_s, flops / (rate * clock_fraction))
 
 
 def prefill_chunk_spike(
@@ -632,15 +657,10 @@ def prefill_chunk_spike(
         raise ValueError(
             f"need chunk_tokens >= 0 and prompt_len >= 1, got {chunk_tokens}, {prompt_len}"
         )
-    rate = ov.flops_efficiency * g.peak_flops(
-        "fp8" if weight_dtype == "fp8" and "fp8" in g.dtypes else "bf16"
-    )
-    weights_eff = weight_floor_s(m, g, tp, weight_dtype) / ov.hbm_efficiency
-    decode_flops = batch * m.weight_flops_per_token() / tp
-    chunk_flops = chunk_tokens * m.prefill_flops(prompt_len) / prompt_len / tp
-    return max(weights_eff, (decode_flops + chunk_flops) / rate) - max(
-        weights_eff, decode_flops / rate
-    )
+    step = dict(m=m, g=g, tp=tp, batch=batch, prompt_len=prompt_len,
+                weights_eff_s=weight_floor_s(m, g, tp, weight_dtype) / ov.hbm_efficiency,
+                weight_dtype=weight_dtype, ov=ov)
+    return _mixed_step_gemm_s(chunk_tokens=chunk_tokens, **step) - _mixed_step_gemm_s(chunk_tokens=0, **step)
 
 
 def expert_load_imbalance(
@@ -683,29 +703,6 @@ def expert_load_imbalance(
     mean = tokens * experts_per_token / num_experts
     mx = float(counts.max(axis=1).mean())
     return {"mean": mean, "max": mx, "ratio": mx / mean}
-
-
-def kv_capacity_tokens(
-    mdl: str | Model,
-    chip: str | GPU,
-    tp: int,
-    weight_dtype: str = "bf16",
-    kv_dtype: str = "bf16",
-    memory_utilization: float = 1.0,
-    reserve_bytes: float = 0.0,
-) -> float:
-    """Tokens of KV cache one TP group holds: (utilization x HBM - weights / tp - reserve)
-    / (KV bytes per token x shard fraction). 0 when nothing is left."""
-    from lib import roofline as rf
-
-    m, g = model(mdl), gpu(chip)
-    if not 0 < memory_utilization <= 1:
-        raise ValueError(f"memory_utilization must be in (0, 1], got {memory_utilization}")
-    if reserve_bytes < 0:
-        raise ValueError(f"reserve_bytes must be >= 0, got {reserve_bytes}")
-    free = memory_utilization * g.memory_bytes - m.weight_bytes(weight_dtype) / tp - reserve_bytes
-    per_token = m.kv_bytes_per_token(kv_dtype) * rf.kv_shard_fraction(m, tp)
-    return max(0.0, free) / per_token
 
 
 def l2_resident_fraction(kernel_bytes: float, chip: str | GPU) -> float:

@@ -15,8 +15,12 @@ recompute is the bandwidth it must absorb writes at if every new block is spille
 
 A *replica* is n_gpus GPUs holding one copy of the model (tensor parallel); a node has
 gpus_per_node GPUs and shares host DRAM and SSDs among its replicas in proportion to GPUs.
-SI units throughout: FLOP, FLOP/s, bytes, bytes/s, seconds. Facts and assumptions come from
-``data/kv_tiers.yaml`` through :func:`default_node` and :func:`workload_defaults`.
+Bandwidths here are the replica's (bytes/s into all its GPUs) and bytes are the KV's unique
+bytes; the recompute-vs-fetch arithmetic itself lives in :mod:`lib.kvcache_prefix` (per GPU,
+shard-aware) and the functions below are its replica view. SI units throughout: FLOP, FLOP/s,
+bytes, bytes/s, seconds. Facts and assumptions come from ``data/storage_tiers.yaml`` (its
+``node``, ``workload`` and ``tiers`` sections) through :func:`default_node` and
+:func:`workload_defaults`.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from lib import kvcache_prefix as kp
 from lib._data import load_yaml
 from lib.hardware import GPU, gpu
+from lib.memory import kv_free_bytes_per_gpu
 from lib.models import Model, model
-from lib.throughput import kv_free_bytes_per_gpu
+from lib.roofline import kv_shard_fraction
 from lib.units import GB, TB, US
 
 SECONDS_PER_DAY = 86400.0
@@ -104,13 +110,27 @@ def _values(section: dict) -> dict:
 
 
 def facts() -> dict:
-    """Every value of ``data/kv_tiers.yaml`` as {section: {name: value}} (yaml units)."""
-    doc = load_yaml("kv_tiers.yaml")
-    return {s: _values(doc[s]) for s in ("host", "ssd", "workload")}
+    """The node's values in ``data/storage_tiers.yaml`` as {section: {name: value}} (yaml units).
+
+    host and ssd: the ``node`` section, plus the values it shares with the per-GPU tiers under
+    the names this module uses: host dram_fetch_latency_us = tiers.host_dram.latency_us and
+    nvlink_c2c_gbps_per_direction = host_link.gb200; ssd read_gbps, read_efficiency and
+    fetch_latency_us = tiers.local_nvme's bandwidth_gbps, efficiency and latency_us.
+    workload: the ``workload`` section.
+    """
+    doc = load_yaml("storage_tiers.yaml")
+    host, ssd = _values(doc["node"]["host"]), _values(doc["node"]["ssd"])
+    dram_tier, nvme = doc["tiers"]["host_dram"], doc["tiers"]["local_nvme"]
+    host["dram_fetch_latency_us"] = dram_tier["latency_us"]["value"]
+    host["nvlink_c2c_gbps_per_direction"] = doc["host_link"]["gb200"]["host_link_gbps"]
+    ssd["read_gbps"] = nvme["bandwidth_gbps"]["value"]
+    ssd["read_efficiency"] = nvme["efficiency"]["value"]
+    ssd["fetch_latency_us"] = nvme["latency_us"]["value"]
+    return {"host": host, "ssd": ssd, "workload": _values(doc["workload"])}
 
 
 def default_node(**overrides) -> NodeSpec:
-    """The 8-GPU node of ``data/kv_tiers.yaml`` (2 TB DDR5, PCIe Gen5, 8 PM1743-class SSDs).
+    """The 8-GPU node of ``data/storage_tiers.yaml`` (2 TB DDR5, PCIe Gen5, 8 PM1743-class SSDs).
 
     Keyword overrides replace fields (SI units), e.g. ``default_node(ssd_drives=1)``.
     """
@@ -173,20 +193,21 @@ def _check_node(node: NodeSpec) -> None:
 
 
 def workload_defaults() -> dict:
-    """prefill_share, output_tokens_per_prompt_token, spill_fraction from ``data/kv_tiers.yaml``."""
+    """prefill_share, output_tokens_per_prompt_token, spill_fraction from ``data/storage_tiers.yaml``."""
     return dict(facts()["workload"])
 
 
-# ---- recompute against fetch ----------------------------------------------------------------
+# ---- recompute against fetch: the replica view of lib.kvcache_prefix ----------------------
 
 
 def compute_rate(
     chip: str | GPU, n_gpus: int = 1, compute_dtype: str = "bf16", mfu: float = 0.6
 ) -> float:
-    """Achievable prefill FLOP/s of a replica: C = n_gpus x dense peak(compute_dtype) x MFU."""
+    """Achievable prefill FLOP/s of a replica: C = n_gpus x dense peak(compute_dtype) x MFU
+    (:func:`lib.kvcache_prefix.achieved_flops_per_s`)."""
     if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
         raise ValueError(f"n_gpus must be a positive integer, got {n_gpus!r}")
-    return n_gpus * gpu(chip).peak_flops(compute_dtype) * _fraction("mfu", mfu)
+    return kp.achieved_flops_per_s(chip, n_gpus, compute_dtype, _fraction("mfu", mfu))
 
 
 def recompute_time_s(
@@ -197,13 +218,13 @@ def recompute_time_s(
     compute_dtype: str = "bf16",
     mfu: float = 0.6,
 ) -> float:
-    """Seconds to recompute a prefix's KV by prefill: F(P) / C, F(P) = Model.prefill_flops(P).
+    """Seconds to recompute a prefix's KV by prefill: F(P) / C (:func:`lib.kvcache_prefix.recompute_flops`).
 
     The marginal cost inside a prefill that runs anyway (the new suffix still needs one), so
     no weight-read floor is added: at prompt lengths worth caching, prefill is compute-bound.
     """
     p = _tokens("prefix_tokens", prefix_tokens)
-    return model(mdl).prefill_flops(p) / compute_rate(chip, n_gpus, compute_dtype, mfu)
+    return kp.recompute_flops(mdl, p) / compute_rate(chip, n_gpus, compute_dtype, mfu)
 
 
 def fetch_time_s(
@@ -217,6 +238,7 @@ def fetch_time_s(
 
     b = Model.kv_bytes_per_token(kv_dtype) (all layers, all KV heads of the replica);
     W = bytes/s the tier delivers into the replica's GPUs (``math.inf`` for HBM: resident).
+    :func:`lib.kvcache_prefix.fetch_time_s` over one link of bandwidth W.
     """
     p = _tokens("prefix_tokens", prefix_tokens)
     w = float(bandwidth)
@@ -224,18 +246,19 @@ def fetch_time_s(
         raise ValueError(
             f"bandwidth must be > 0 bytes/s (math.inf for a resident tier), got {bandwidth!r}"
         )
-    return _nonnegative("latency_s", latency_s) + p * model(mdl).kv_bytes_per_token(kv_dtype) / w
+    link = kp.StorageTier("replica", "the replica's link", w, 1.0, _nonnegative("latency_s", latency_s),
+                          "lib.kv_tiering")
+    return kp.fetch_time_s(mdl, p, link, kv_dtype=kv_dtype)
 
 
 def recompute_intensity(mdl: str | Model, prefix_tokens: int, kv_dtype: str = "bf16") -> float:
-    """FLOPs of recompute per byte of cached KV: I(P) = F(P) / (P x b), FLOP/byte.
+    """FLOPs of recompute per byte of cached KV: I(P) = F(P) / (P x b), FLOP/byte
+    (:func:`lib.kvcache_prefix.flops_per_kv_byte`).
 
     Independent of hardware. It grows with P (the attention term) and with model size per KV
     byte: GQA and MLA raise it, an MHA model has the lowest.
     """
-    p = _tokens("prefix_tokens", prefix_tokens)
-    m = model(mdl)
-    return m.prefill_flops(p) / (p * m.kv_bytes_per_token(kv_dtype))
+    return kp.flops_per_kv_byte(mdl, _tokens("prefix_tokens", prefix_tokens), kv_dtype)
 
 
 def tier_ridge(
@@ -260,12 +283,16 @@ def breakeven_bandwidth(
 ) -> float:
     """Bytes/s a tier must deliver to the replica for fetch to tie with recompute: W* = C / I(P).
 
-    Also the rate a replica creates KV while prefilling flat out (bytes of KV per second of
-    prefill). Latency is ignored (long prefixes).
+    :func:`lib.kvcache_prefix.breakeven_bandwidth_closed_form` (per GPU) over the share s of
+    each token one GPU holds: the replica's unique KV bytes per second. Also the rate a replica
+    creates KV while prefilling flat out. Latency is ignored (long prefixes).
     """
-    return compute_rate(chip, n_gpus, compute_dtype, mfu) / recompute_intensity(
-        mdl, prefix_tokens, kv_dtype
+    m = model(mdl)
+    per_gpu = kp.breakeven_bandwidth_closed_form(
+        m, chip, _tokens("prefix_tokens", prefix_tokens), tp=n_gpus, mfu=mfu,
+        compute_dtype=compute_dtype, kv_dtype=kv_dtype,
     )
+    return per_gpu / kv_shard_fraction(m, n_gpus)
 
 
 def breakeven_prefix_tokens(
@@ -280,26 +307,16 @@ def breakeven_prefix_tokens(
 ) -> float:
     """Prefix length P* where recompute and fetch take equally long; recompute wins below it.
 
-    Solves (2N P + a P (P + 1) / 2) / C = t0 + P b / W, i.e. A P^2 + B P - t0 = 0 with
-    A = a / (2C), B = (2N + a / 2) / C - b / W (a = attention FLOPs per token per context token).
-    Returns 0 when fetching wins at every length, and ``math.inf`` when recompute always wins
-    (no attention term and B <= 0 with t0 > 0, or B < 0).
+    :func:`lib.kvcache_prefix.breakeven_prefix_tokens_closed_form` with the replica's bandwidth
+    W split as each GPU's share W x s: (2N P + a P (P + 1) / 2) / C = t0 + P b / W. Returns 0
+    when fetching wins at every length, ``math.inf`` when recompute always wins.
     """
     m = model(mdl)
-    c = compute_rate(chip, n_gpus, compute_dtype, mfu)
     w = _positive("bandwidth", bandwidth)
-    t0 = _nonnegative("latency_s", latency_s)
-    a_coef = m.attention_flops_per_token(1) / (2 * c)
-    b_coef = (
-        m.weight_flops_per_token() + m.attention_flops_per_token(1) / 2
-    ) / c - m.kv_bytes_per_token(kv_dtype) / w
-    if a_coef == 0:
-        if b_coef <= 0:
-            return math.inf if (t0 > 0 or b_coef < 0) else 0.0
-        return t0 / b_coef
-    disc = b_coef * b_coef + 4 * a_coef * t0
-    root = (-b_coef + math.sqrt(disc)) / (2 * a_coef)
-    return max(root, 0.0)
+    return kp.breakeven_prefix_tokens_closed_form(
+        m, chip, w * kv_shard_fraction(m, n_gpus), latency_s=latency_s, tp=n_gpus, mfu=mfu,
+        compute_dtype=compute_dtype, kv_dtype=kv_dtype,
+    )
 
 
 # ---- the tiers of a replica -----------------------------------------------------------------
@@ -410,7 +427,7 @@ def prefill_tokens_per_s(
 ) -> float:
     """Prompt tokens/s a replica prefills flat out: C / (F(P) / P) for prompts of P tokens."""
     p = _tokens("prompt_tokens", prompt_tokens)
-    return compute_rate(chip, n_gpus, compute_dtype, mfu) / (model(mdl).prefill_flops(p) / p)
+    return compute_rate(chip, n_gpus, compute_dtype, mfu) / kp.recompute_flops_per_token(mdl, p)
 
 
 def kv_write_rate(

@@ -148,7 +148,10 @@ def contiguous_waste_tokens(num_tokens, reserved_tokens):
 def pow2_reserved_tokens(num_tokens):
     """Reservation rounded up to a power of two, ``2**ceil(log2 L)`` (1 for L <= 1).
 
-    The Orca (Pow2) baseline of the vLLM paper: it knows the length only to a factor of two.
+    A contiguous allocator that knows a sequence's length only to a factor of two. Close to, but
+    not, the vLLM paper's Orca (Pow2) baseline, which rounds only the output part of the
+    reservation ("if the true output length is 25, it reserves 32 positions for outputs",
+    Kwon et al. 2023, sec. 6.1); rounding the whole length wastes more on long prompts.
     """
     n = _int_array("num_tokens", num_tokens)
     out = np.ones_like(n)

@@ -7,6 +7,8 @@ Builds on the reference implementations in :mod:`lib.kvcache` (used, never chang
   it costs ``P * kv_bytes_per_token`` bytes over some link. The model's FLOPs per KV byte against
   the GPU's achieved FLOP/s per link byte/s decides: the break-even link bandwidth is
   ``W* = peak * mfu / (F(P) / (P * kv_bytes_per_token))`` per GPU (compute-bound, no latency).
+  This module is the single source of that arithmetic; :mod:`lib.kv_tiering` (I018) calls it for
+  its replica-level view of HBM, host DRAM and SSD tiers.
 * **Storage tiers** (``data/storage_tiers.yaml`` plus the link figures already in
   ``data/hardware.yaml``): per-GPU bandwidth and fixed latency of each place KV can be fetched from.
 * **Hit-rate and savings accounting** (N027): replay a trace through
@@ -45,6 +47,7 @@ from lib.kvcache import (
     multi_turn_chat_trace,
 )
 from lib.kvcache.radix import RadixNode
+from lib.memory import kv_free_bytes_per_gpu
 from lib.models import Model, model
 from lib.roofline import kv_shard_fraction, weight_bytes_read_per_step
 from lib.units import GB
@@ -282,6 +285,18 @@ def available_tiers(chip: str | GPU) -> list[StorageTier]:
 # ---- recompute vs fetch: time -------------------------------------------------------------------
 
 
+def _pass_kw(tp: int, mfu: float, weight_dtype: str, compute_dtype: str, kv_dtype: str) -> dict:
+    """The pass settings every recompute-vs-fetch function forwards to :func:`pass_time_s`."""
+    return dict(
+        tp=tp, mfu=mfu, weight_dtype=weight_dtype, compute_dtype=compute_dtype, kv_dtype=kv_dtype
+    )
+
+
+def _as_tier(tier: str | StorageTier, chip: str | GPU) -> StorageTier:
+    """A StorageTier as given, or the named tier of ``data/storage_tiers.yaml`` seen from ``chip``."""
+    return tier if isinstance(tier, StorageTier) else storage_tier(tier, chip)
+
+
 def pass_time_s(
     mdl: str | Model,
     chip: str | GPU,
@@ -332,9 +347,7 @@ def recompute_time_s(
     prefill; riding along with a suffix it costs only what it adds to that pass, which is about
     nothing while the pass is memory-bound (the weights are read once either way).
     """
-    kw = dict(
-        tp=tp, mfu=mfu, weight_dtype=weight_dtype, compute_dtype=compute_dtype, kv_dtype=kv_dtype
-    )
+    kw = _pass_kw(tp, mfu, weight_dtype, compute_dtype, kv_dtype)
     p = _int("prefix_len", prefix_len, 0)
     s = _int("suffix_len", suffix_len, 0)
     return pass_time_s(mdl, chip, p + s, 0, **kw) - pass_time_s(mdl, chip, s, p, **kw)
@@ -380,19 +393,19 @@ def breakeven_bandwidth(
     p = _int("prefix_len", prefix_len, 1)
     lat = _nonneg("latency_s", latency_s)
     t = recompute_time_s(
-        m,
-        chip,
-        p,
-        suffix_len=suffix_len,
-        tp=tp,
-        mfu=mfu,
-        weight_dtype=weight_dtype,
-        compute_dtype=compute_dtype,
-        kv_dtype=kv_dtype,
+        m, chip, p, suffix_len=suffix_len, **_pass_kw(tp, mfu, weight_dtype, compute_dtype, kv_dtype)
     )
     if t <= lat:
         return math.inf
     return p * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp) / (t - lat)
+
+
+def achieved_flops_per_s(
+    chip: str | GPU, tp: int = 1, compute_dtype: str = "bf16", mfu: float = 1.0
+) -> float:
+    """Prefill FLOP/s a replica of ``tp`` GPUs sustains: C = tp x dense peak(compute_dtype) x mfu."""
+    tp = _int("tp", tp, 1)
+    return tp * gpu(chip).peak_flops(compute_dtype) * _fraction("mfu", mfu)
 
 
 def breakeven_bandwidth_closed_form(
@@ -407,14 +420,55 @@ def breakeven_bandwidth_closed_form(
 ) -> float:
     """W* in the compute-bound, zero-latency limit, bytes/s per GPU:
 
-    W* = tp x peak x mfu x shard / flops_per_kv_byte  (= peak x mfu / flops_per_kv_byte while
-    tp <= KV heads). One division: the chip's achieved FLOP/s over the model's FLOPs per KV byte.
+    W* = C x shard / flops_per_kv_byte, C = :func:`achieved_flops_per_s` = tp x peak x mfu
+    (= peak x mfu / flops_per_kv_byte while tp <= KV heads). One division: the replica's achieved
+    FLOP/s over the model's FLOPs per KV byte, times the share of each token one GPU fetches.
+    It is also the rate at which a replica prefilling flat out creates KV, per GPU.
     """
-    m, g = model(mdl), gpu(chip)
+    m = model(mdl)
     tp = _tp(m, tp)
-    mfu = _fraction("mfu", mfu)
     ratio = flops_per_kv_byte(m, prefix_len, kv_dtype)
-    return tp * g.peak_flops(compute_dtype) * mfu * kv_shard_fraction(m, tp) / ratio
+    return achieved_flops_per_s(chip, tp, compute_dtype, mfu) * kv_shard_fraction(m, tp) / ratio
+
+
+def breakeven_prefix_tokens_closed_form(
+    mdl: str | Model,
+    chip: str | GPU,
+    bandwidth: float,
+    *,
+    latency_s: float = 0.0,
+    tp: int = 1,
+    mfu: float = 1.0,
+    compute_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+) -> float:
+    """Prefix length P* (tokens) where a compute-bound recompute ties with a fetch over a per-GPU
+    link of ``bandwidth`` bytes/s with fixed ``latency_s``; recompute wins below it.
+
+    F(P) / C = L + P b s / W, F(P) = 2N P + a P (P + 1) / 2 (C = :func:`achieved_flops_per_s`,
+    b s = KV bytes per token one GPU fetches), i.e. A P^2 + B P - L = 0 with A = a / (2C),
+    B = (2N + a / 2) / C - b s / W. No weight-read floor (a recompute riding in a pass that
+    runs anyway); :func:`breakeven_prefix_tokens` prices the whole pass. Returns 0 when fetching
+    wins at every length and ``math.inf`` when recompute always wins (no attention term and
+    B <= 0 with L > 0, or B < 0).
+    """
+    m = model(mdl)
+    tp = _tp(m, tp)
+    c = achieved_flops_per_s(chip, tp, compute_dtype, mfu)
+    w = float(bandwidth)
+    if not (math.isfinite(w) and w > 0):
+        raise ValueError(f"bandwidth must be a finite number > 0 bytes/s, got {bandwidth!r}")
+    t0 = _nonneg("latency_s", latency_s)
+    a_coef = m.attention_flops_per_token(1) / (2 * c)
+    b_coef = (m.weight_flops_per_token() + m.attention_flops_per_token(1) / 2) / c - (
+        m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp) / w
+    )
+    if a_coef == 0:
+        if b_coef <= 0:
+            return math.inf if (t0 > 0 or b_coef < 0) else 0.0
+        return t0 / b_coef
+    root = (-b_coef + math.sqrt(b_coef * b_coef + 4 * a_coef * t0)) / (2 * a_coef)
+    return max(root, 0.0)
 
 
 @dataclass(frozen=True)
@@ -452,10 +506,8 @@ def compare_recompute_fetch(
     kv_dtype: str = "bf16",
 ) -> RecomputeVsFetch:
     """Recompute time, fetch time from ``tier`` and the break-even bandwidth at its latency."""
-    t = tier if isinstance(tier, StorageTier) else storage_tier(tier, chip)
-    kw = dict(
-        tp=tp, mfu=mfu, weight_dtype=weight_dtype, compute_dtype=compute_dtype, kv_dtype=kv_dtype
-    )
+    t = _as_tier(tier, chip)
+    kw = _pass_kw(tp, mfu, weight_dtype, compute_dtype, kv_dtype)
     rec = recompute_time_s(mdl, chip, prefix_len, suffix_len=suffix_len, **kw)
     fetch = fetch_time_s(mdl, prefix_len, t, tp=tp, kv_dtype=kv_dtype)
     w = breakeven_bandwidth(
@@ -485,15 +537,8 @@ def breakeven_prefix_tokens(
     makes tiny prefixes look expensive to recompute; a request with new tokens (>= 1) pays that
     read anyway, so pass its ``suffix_len`` for the realistic threshold.
     """
-    t = tier if isinstance(tier, StorageTier) else storage_tier(tier, chip)
-    kw = dict(
-        suffix_len=suffix_len,
-        tp=tp,
-        mfu=mfu,
-        weight_dtype=weight_dtype,
-        compute_dtype=compute_dtype,
-        kv_dtype=kv_dtype,
-    )
+    t = _as_tier(tier, chip)
+    kw = dict(suffix_len=suffix_len, **_pass_kw(tp, mfu, weight_dtype, compute_dtype, kv_dtype))
     limit = _int("max_tokens", max_tokens, 1)
 
     def fetch_wins(p: int) -> bool:
@@ -1387,13 +1432,14 @@ def kv_pool_blocks(
     weight_dtype: str = "bf16",
     memory_utilization: float = 0.9,
 ) -> int:
-    """Blocks the KV pool of one replica holds: floor((memory x utilization - weights / tp) /
-    per-GPU block bytes). Activations and the CUDA context come out of the (1 - utilization)
-    margin. Raises ValueError when the weights alone do not fit."""
+    """Blocks the KV pool of one replica holds: floor(free / per-GPU block bytes), with free =
+    memory x utilization - weights / tp (:func:`lib.memory.kv_free_bytes_per_gpu`). Activations
+    and the CUDA context come out of the (1 - utilization) margin. Raises ValueError when the
+    weights alone do not fit."""
     m, g = model(mdl), gpu(chip)
     tp = _tp(m, tp)
     util = _fraction("memory_utilization", memory_utilization)
-    free = g.memory_bytes * util - m.weight_bytes(weight_dtype) / tp
+    free = kv_free_bytes_per_gpu(m, g, tp, weight_dtype, util)
     if free <= 0:
         raise ValueError(
             f"{m.key} in {weight_dtype} needs {m.weight_bytes(weight_dtype) / tp / GB:.1f} GB per GPU at"

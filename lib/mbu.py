@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from lib.dtypes import bytes_per_element
 from lib.hardware import gpu
 from lib.models import Model, model
-from lib.roofline import weight_bytes_read_per_step
+from lib.roofline import lookup_bytes_read, weight_bytes_read_per_step, weight_bytes_streamed
 from lib.tpdecode import DecodeStep, kv_read_fraction
 from lib.units import GB, GiB
 
@@ -46,7 +46,7 @@ class StepBytes:
     weights: (
         float  # weights the step reads (MoE: shared + attention + the experts the batch touches)
     )
-    weights_all_experts: float  # every stored weight (= weights for a dense model)
+    weights_all_experts: float  # as ``weights`` with every expert read (= weights for a dense model)
     kv: float  # KV-cache bytes read, each byte once
     kv_summed_over_ranks: float  # KV bytes summed over the TP ranks (replicas counted each time)
 
@@ -66,8 +66,9 @@ def step_bytes(
 ) -> StepBytes:
     """Bytes of one decode step of ``batch`` sequences at ``context`` tokens on a TP-``tp`` replica.
 
-    weights = weight_bytes_read_per_step (MoE: expected experts touched, uniform routing);
-    kv = batch x context x KV bytes/token; summed over ranks = kv x tp x per-rank read fraction
+    weights = weight_bytes_read_per_step (every weight once, the embedding table one row per
+    sequence; MoE: expected experts touched, uniform routing); weights_all_experts = the same
+    with every expert read (weight_bytes_streamed + the rows); kv = batch x context x KV bytes/token; summed over ranks = kv x tp x per-rank read fraction
     (MLA's latent is read by every rank; GQA heads are replicated once tp exceeds them).
     """
     m = model(mdl)
@@ -77,7 +78,8 @@ def step_bytes(
     kv = batch * context * m.kv_bytes_per_token(kv_dtype)
     return StepBytes(
         weights=weight_bytes_read_per_step(m, batch, weight_dtype),
-        weights_all_experts=m.weight_bytes(weight_dtype),
+        weights_all_experts=weight_bytes_streamed(m, weight_dtype)
+        + lookup_bytes_read(m, batch, weight_dtype),
         kv=kv,
         kv_summed_over_ranks=kv * tp * kv_read_fraction(m, tp),
     )
@@ -330,10 +332,10 @@ def diagnose(step: DecodeStep, measured_mbu: float) -> Diagnosis:
 
 def plot_diagnosis(d: Diagnosis, ax=None):
     """One horizontal bar: floor, each priced bucket, the residual; dashed line at the measured step."""
-    from matplotlib.figure import Figure
+    from lib.svgplot import Figure
 
     if ax is None:
-        fig = Figure(figsize=(6.5, 2.5), dpi=72)  # whole pixels: stable reprs
+        fig = Figure(figsize=(6.5, 2.5))
         ax = fig.add_subplot()
     else:
         fig = ax.figure

@@ -446,6 +446,100 @@ def kv_placement(
 
 # ---- 3. budget ----------------------------------------------------------------------------
 
+
+def kv_free_bytes_per_gpu(
+    mdl: str | Model,
+    chip: str | GPU,
+    tp: int = 1,
+    weight_dtype: str = "bf16",
+    memory_utilization: float = 1.0,
+    reserve_bytes: float = 0.0,
+    memory_bytes: float | None = None,
+) -> float:
+    """Bytes one GPU has left for the KV cache: u x M - W b / tp - R (negative when nothing is).
+
+    The numerator of :func:`kv_capacity_tokens`, where the terms are defined.
+    """
+    m, g = model(mdl), gpu(chip)
+    u = _fraction("memory_utilization", memory_utilization)
+    reserve = _nonneg("reserve_bytes", reserve_bytes)
+    mem = g.memory_bytes if memory_bytes is None else _nonneg("memory_bytes", memory_bytes)
+    return u * mem - weight_bytes_per_gpu(m, tp, weight_dtype) - reserve
+
+
+def kv_capacity_tokens(
+    mdl: str | Model,
+    chip: str | GPU,
+    tp: int = 1,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    memory_utilization: float = 1.0,
+    reserve_bytes: float = 0.0,
+    memory_bytes: float | None = None,
+    raise_if_full: bool = False,
+) -> float:
+    """Tokens of KV cache a replica of ``tp`` GPUs holds beside its weights (a real number).
+
+        tokens = (u x M - W b / tp - R) / (k x s)      [bytes per GPU / bytes per token per GPU]
+
+    M: memory per GPU, bytes (the datasheet's ``chip.memory_bytes`` unless ``memory_bytes`` is
+    given, e.g. :func:`visible_memory_bytes`); u: ``memory_utilization``, the share of M the
+    server may fill (vLLM's default 0.9; the rest covers the CUDA context and fragmentation);
+    W b / tp: the stored weights on one GPU (:func:`weight_bytes_per_gpu`, embedding table
+    included); R: ``reserve_bytes`` per GPU held back for anything else (activations, CUDA
+    graphs); k: KV bytes per token in ``kv_dtype``; s: :func:`lib.roofline.kv_shard_fraction`,
+    the share of each token one GPU stores. Every GPU holds its share of every token, so the
+    per-GPU count is the replica's. Sequences of ``context`` tokens: :func:`kv_capacity_sequences`.
+
+    When the weights and reserve leave nothing (u M - W b / tp - R < 0) this returns 0, or raises
+    ValueError if ``raise_if_full`` (callers that size a batch want to hear the model does not fit).
+    :class:`MemoryBudget` is the same subtraction with M = driver-visible memory and R = the
+    components an engine measures, rounded down to whole blocks.
+    """
+    m, g = model(mdl), gpu(chip)
+    free = kv_free_bytes_per_gpu(m, g, tp, weight_dtype, memory_utilization, reserve_bytes, memory_bytes)
+    if free < 0:
+        if raise_if_full:
+            _raise_weights_do_not_fit(m, g, tp, weight_dtype, memory_utilization, reserve_bytes, memory_bytes)
+        return 0.0
+    return free / (m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp))
+
+
+def kv_capacity_sequences(
+    mdl: str | Model,
+    chip: str | GPU,
+    context: int,
+    tp: int = 1,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    memory_utilization: float = 1.0,
+    reserve_bytes: float = 0.0,
+) -> int:
+    """Largest batch of sequences at ``context`` tokens whose KV fits beside the weights.
+
+    B_max = floor(:func:`kv_capacity_tokens` / context) = floor((u M - W b / tp - R) /
+    (context x k x s)), taken on bytes. Raises ValueError when the weights (and reserve) alone
+    do not fit.
+    """
+    m, g = model(mdl), gpu(chip)
+    ctx = _pos_int("context", context)
+    free = kv_free_bytes_per_gpu(m, g, tp, weight_dtype, memory_utilization, reserve_bytes)
+    if free < 0:
+        _raise_weights_do_not_fit(m, g, tp, weight_dtype, memory_utilization, reserve_bytes)
+    return int(free // (ctx * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp)))
+
+
+def _raise_weights_do_not_fit(m: Model, g: GPU, tp: int, weight_dtype: str, u: float,
+                              reserve_bytes: float, memory_bytes: float | None = None) -> None:
+    mem = g.memory_bytes if memory_bytes is None else memory_bytes
+    extra = f" plus {reserve_bytes / 1e9:.1f} GB reserved" if reserve_bytes else ""
+    raise ValueError(
+        f"{m.key} weights in {weight_dtype} need {weight_bytes_per_gpu(m, tp, weight_dtype) / 1e9:.1f} GB"
+        f" per GPU at tp={tp}{extra}; {g.key} offers {u * mem / 1e9:.1f} GB ({u:.0%} of"
+        f" {mem / 1e9:.0f} GB): raise tp or quantize the weights"
+    )
+
+
 COMPONENTS = (
     "cuda_context",
     "weights",
@@ -702,10 +796,9 @@ def memory_budget(
 def naive_kv_bytes(
     mdl: str | Model, chip: str | GPU, tp: int = 1, weight_dtype: str = "bf16"
 ) -> float:
-    """The one-line answer: datasheet memory - weights / tp (no utilization, no overheads), bytes."""
-    m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
-    return g.memory_bytes - m.weight_bytes(weight_dtype) / tp
+    """The one-line answer: datasheet memory - weights / tp (no utilization, no overheads), bytes:
+    :func:`kv_free_bytes_per_gpu` at utilization 1 and no reserve."""
+    return kv_free_bytes_per_gpu(mdl, chip, tp, weight_dtype)
 
 
 # ---- deployments: n GPUs, one layout ----------------------------------------------------------

@@ -70,6 +70,8 @@ class Model:
         return self.num_attention_heads if self.is_mla else self.num_attention_heads / self.num_kv_heads
 
     # ---- parameters ------------------------------------------------------------------
+    # The params_* counts are cached_property: computed once per (immutable) Model and stored in
+    # the instance __dict__ (a frozen dataclass blocks setattr, not that); they are plain ints.
     def _norm_params(self) -> int:
         return self.hidden_size * (2 if self.norm == "layernorm" else 1)
 
@@ -105,13 +107,13 @@ class Model:
         return (self.attention_params_per_layer() + self.mlp_params_per_layer(layer, active)
                 + 2 * self._norm_params())
 
-    @property
+    @functools.cached_property
     def params_embedding(self) -> int:
         """Lookup tables: token embedding (and learned positions). They do no arithmetic."""
         learned = self.max_position_embeddings if self.position_embedding == "learned" else 0
         return (self.vocab_size + learned) * self.hidden_size
 
-    @property
+    @functools.cached_property
     def params_lm_head(self) -> int:
         """Output projection; 0 when tied (it reuses the embedding matrix)."""
         return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
@@ -120,27 +122,27 @@ class Model:
         layers = sum(self._layer_params(i, active) for i in range(self.num_layers))
         return self.params_embedding + layers + self._norm_params() + self.params_lm_head
 
-    @property
+    @functools.cached_property
     def params_total(self) -> int:
         """Every stored parameter (all experts)."""
         return self._params(active=False)
 
-    @property
+    @functools.cached_property
     def params_active(self) -> int:
         """Parameters one token touches (dense models: all of them; MoE: top-k + shared experts)."""
         return self._params(active=True)
 
-    @property
+    @functools.cached_property
     def params_non_embedding(self) -> int:
         """Total minus the lookup tables (Kaplan et al.'s N)."""
         return self.params_total - self.params_embedding
 
-    @property
+    @functools.cached_property
     def params_norm(self) -> int:
         """Norm weights (and biases): stored, touched by elementwise ops only."""
         return (2 * self.num_layers + 1) * self._norm_params()
 
-    @property
+    @functools.cached_property
     def matmul_params_active(self) -> int:
         """Active parameters that take part in a matmul per token: each costs 2 FLOPs (one FMA).
 

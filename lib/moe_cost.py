@@ -38,6 +38,18 @@ def _moe(mdl: str | Model) -> Model:
     return m
 
 
+def _check_experts(num_experts: int, experts_per_token: int) -> None:
+    if not isinstance(num_experts, int | np.integer) or num_experts < 1:
+        raise ValueError(f"num_experts must be an integer >= 1, got {num_experts!r}")
+    if (
+        not isinstance(experts_per_token, int | np.integer)
+        or not 1 <= experts_per_token <= num_experts
+    ):
+        raise ValueError(
+            f"experts_per_token must be an integer in [1, {num_experts}], got {experts_per_token!r}"
+        )
+
+
 def _batch(batch) -> int:
     if isinstance(batch, bool) or not isinstance(batch, int | np.integer) or batch < 1:
         raise ValueError(f"batch must be an integer >= 1 token, got {batch!r}")
@@ -46,15 +58,17 @@ def _batch(batch) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _sizes(m: Model) -> dict[str, float]:
-    """Parameter counts of ``m`` computed once (Model recomputes them on every property access)."""
+    """The parameter counts the cost model uses, derived once per model: total, active, streamed
+    (every expert / the top-k, without the embedding table) and matmul (all experts / top-k)."""
     per_expert = m._ffn_params(m.expert_intermediate_size)
     inactive = m.num_moe_layers * (m.num_experts - m.experts_per_token) * per_expert
+    streamed = roofline.params_streamed(m)  # parameters a step reads whole (all experts)
     return {
         "total": float(m.params_total),
         "active": float(m.params_active),
+        "streamed_total": float(streamed),
+        "streamed_active": float(streamed - inactive),
         "matmul_active": float(m.matmul_params_active),
-        "per_expert": float(per_expert),
-        "routed_total": float(m.num_moe_layers * m.num_experts * per_expert),
         "matmul_total": float(m.matmul_params_active + inactive),
     }
 
@@ -76,12 +90,14 @@ def dense_yardsticks(mdl: str | Model) -> dict[str, dict[str, float]]:
 
     'same_total': every expert active (a dense model as big as the MoE's weights);
     'same_active': only the top-k (and shared) experts (a dense model as cheap per token).
-    ``params`` sets the bytes read per step, ``matmul_params`` the FLOPs per token (2 each).
+    ``params`` sets the bytes read per step: the parameters a step streams, i.e. stored minus
+    the embedding table (:func:`lib.roofline.weight_bytes_streamed`; its B looked-up rows,
+    B x d, are left out); ``matmul_params`` the FLOPs per token (2 each).
     """
     sz = _sizes(_moe(mdl))
     return {
-        "same_total": {"params": sz["total"], "matmul_params": sz["matmul_total"]},
-        "same_active": {"params": sz["active"], "matmul_params": sz["matmul_active"]},
+        "same_total": {"params": sz["streamed_total"], "matmul_params": sz["matmul_total"]},
+        "same_active": {"params": sz["streamed_active"], "matmul_params": sz["matmul_active"]},
     }
 
 
@@ -130,7 +146,9 @@ def dense_step_cost(
     compute_dtype: str = "bf16",
     tp: int = 1,
 ) -> StepCost:
-    """Roofline cost of a dense decode step: bytes = params x b, FLOPs = 2 x matmul params x B."""
+    """Roofline cost of a dense decode step: bytes = params x b, FLOPs = 2 x matmul params x B.
+
+    ``params``: the parameters the step streams (see :func:`dense_yardsticks`)."""
     g, b = gpu(chip), _batch(batch)
     if not (params > 0 and matmul_params > 0):
         raise ValueError(f"params and matmul_params must be > 0, got {params}, {matmul_params}")
@@ -164,21 +182,21 @@ def compute_bound_batch(
 ) -> float:
     """Batch (real-valued) at which the MoE step's compute time equals its weight-read time.
 
-    Solves B x 2 N_active_matmul / P = bytes(B) / W with bytes(B) from uniform routing, by
-    bisection (compute grows linearly, bytes saturate at the total, so there is one root).
-    Independent of tp (both sides divide by it).
+    Solves B x 2 N_active_matmul / P = bytes(B) / W with bytes(B) =
+    :func:`lib.roofline.weight_bytes_read_per_step` (uniform routing), by bisection over B >= 1
+    (compute grows linearly, bytes saturate at the total, so there is one root); 1.0 when one
+    token is already compute-bound. Independent of tp (both sides divide by it).
     """
     m, g = _moe(mdl), gpu(chip)
-    sz = _sizes(m)
-    per_token = 2.0 * sz["matmul_active"] / g.peak_flops(compute_dtype)
-    bpe = bytes_per_element(weight_dtype)
+    per_token = 2.0 * _sizes(m)["matmul_active"] / g.peak_flops(compute_dtype)
 
     def gap(b: float) -> float:
-        touched = expected_experts_touched(m.num_experts, m.experts_per_token, b)
-        nbytes = sz["total"] - sz["routed_total"] + m.num_moe_layers * touched * sz["per_expert"]
-        return b * per_token - nbytes * bpe / g.memory_bandwidth
+        nbytes = roofline.weight_bytes_read_per_step(m, b, weight_dtype)
+        return b * per_token - nbytes / g.memory_bandwidth
 
-    lo, hi = 1e-9, 1.0
+    if gap(1.0) >= 0:
+        return 1.0
+    lo, hi = 1.0, 2.0
     while gap(hi) < 0:
         hi *= 2
         if hi > 1e12:
@@ -230,14 +248,11 @@ def per_token_time_curves(
         raise ValueError("batches must be a non-empty 1-D array of numbers >= 1")
     sz, bpe = _sizes(m), bytes_per_element(weight_dtype)
     w, p = g.memory_bandwidth, g.peak_flops(compute_dtype)
-    touched = m.num_experts * (1.0 - (1.0 - m.experts_per_token / m.num_experts) ** b)
-    moe_bytes = (
-        sz["total"] - sz["routed_total"] + m.num_moe_layers * touched * sz["per_expert"]
-    ) * bpe
+    moe_bytes = np.array([roofline.weight_bytes_read_per_step(m, x, weight_dtype) for x in b])
     out = {"moe": np.maximum(moe_bytes / w, b * 2 * sz["matmul_active"] / p) / b}
     for name, params, matmul in (
-        ("same_total", sz["total"], sz["matmul_total"]),
-        ("same_active", sz["active"], sz["matmul_active"]),
+        ("same_total", sz["streamed_total"], sz["matmul_total"]),
+        ("same_active", sz["streamed_active"], sz["matmul_active"]),
     ):
         out[name] = np.maximum(params * bpe / w, b * 2 * matmul / p) / b
     return out
@@ -249,15 +264,7 @@ def batch_for_expert_coverage(num_experts: int, experts_per_token: int, coverage
     Inverts E (1 - (1 - k/E)^B) = q E: B = ln(1 - q) / ln(1 - k/E). Returns 0 for q = 0 and
     math.inf for q = 1 (unless k = E, when one token reads everything: B = 1).
     """
-    if not isinstance(num_experts, int | np.integer) or num_experts < 1:
-        raise ValueError(f"num_experts must be an integer >= 1, got {num_experts!r}")
-    if (
-        not isinstance(experts_per_token, int | np.integer)
-        or not 1 <= experts_per_token <= num_experts
-    ):
-        raise ValueError(
-            f"experts_per_token must be an integer in [1, {num_experts}], got {experts_per_token!r}"
-        )
+    _check_experts(num_experts, experts_per_token)
     if not (math.isfinite(coverage) and 0 <= coverage <= 1):
         raise ValueError(f"coverage must be in [0, 1], got {coverage}")
     if experts_per_token == num_experts:
@@ -278,15 +285,7 @@ def zipf_inclusion_probabilities(
     pi_e proportional to (e + 1)^-skew, scaled so sum(pi) = k, each capped at 1 (the excess is
     spread over the uncapped experts until none exceeds 1). skew = 0 gives k / E each.
     """
-    if not isinstance(num_experts, int | np.integer) or num_experts < 1:
-        raise ValueError(f"num_experts must be an integer >= 1, got {num_experts!r}")
-    if (
-        not isinstance(experts_per_token, int | np.integer)
-        or not 1 <= experts_per_token <= num_experts
-    ):
-        raise ValueError(
-            f"experts_per_token must be an integer in [1, {num_experts}], got {experts_per_token!r}"
-        )
+    _check_experts(num_experts, experts_per_token)
     if not (math.isfinite(skew) and skew >= 0):
         raise ValueError(f"skew (Zipf exponent) must be a finite number >= 0, got {skew}")
     w = np.arange(1, num_experts + 1, dtype=float) ** (-float(skew))

@@ -18,8 +18,15 @@ from lib._data import load_yaml
 from lib.comms import ring_allreduce_time_s
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
+from lib.memory import kv_capacity_sequences  # noqa: F401  (re-exported: the formula lives in lib.memory)
 from lib.models import Model, model
-from lib.roofline import kv_shard_fraction, weight_bytes_read_per_step
+from lib.roofline import (
+    kv_shard_fraction,
+    lookup_bytes_read,
+    prefill_crossover_tokens,
+    weight_bytes_read_per_step,
+    weight_bytes_streamed,
+)
 
 
 def assumptions() -> dict:
@@ -375,51 +382,28 @@ def mfu_for_time(
 # ---- crossover: tokens per pass where weight read = matmul time ---------------------------
 
 
-def weight_bytes_read_per_pass(mdl: str | Model, tokens: int | float, dtype: str = "bf16") -> float:
-    """Weight bytes a forward pass of ``tokens`` tokens really reads from HBM.
-
-    :func:`lib.roofline.weight_bytes_read_per_step` counts every stored parameter (MoE aware);
-    but an untied embedding table is only looked up: the pass reads min(T, V) rows of it, not
-    all V. Same for a learned position table (min(T, positions) rows). A tied table is read in
-    full anyway by the output head. bytes = step bytes - (unread lookup rows) x d x b.
-    """
-    m = model(mdl)
-    if not tokens >= 1:
-        raise ValueError(f"tokens must be >= 1, got {tokens}")
-    b = bytes_per_element(dtype)
-    unread_rows = 0.0
-    if not m.tie_word_embeddings:
-        unread_rows += m.vocab_size - min(tokens, m.vocab_size)
-    if m.position_embedding == "learned":
-        unread_rows += m.max_position_embeddings - min(tokens, m.max_position_embeddings)
-    return weight_bytes_read_per_step(m, tokens, dtype) - unread_rows * m.hidden_size * b
-
-
 def weight_read_crossover_tokens(
     mdl: str | Model,
     chip: str | GPU,
     weight_dtype: str = "bf16",
     compute_dtype: str = "bf16",
-    lookup_rows_only: bool = False,
 ) -> float:
     """Tokens T per forward pass at which 2 N_active T / peak = weight bytes read(T) / bandwidth.
 
-    Dense, every stored byte counted (``lookup_rows_only=False``, lib.roofline's convention):
-    the closed form T* = ridge x b x N_total / (2 N_matmul). MoE: the bytes read grow with T as
-    more distinct experts are touched (uniform routing), so T* is found by bisection over T >= 1.
-    ``lookup_rows_only=True`` counts only the embedding rows a pass looks up
-    (:func:`weight_bytes_read_per_pass`), also by bisection. Attention and the KV cache are
-    ignored (the crossover of the weight GEMMs alone).
+    Bytes read are :func:`lib.roofline.weight_bytes_read_per_step` (every weight once, the
+    lookup tables one row per token). Dense: the closed form of
+    :func:`lib.roofline.prefill_crossover_tokens`, T* = R b S / (2 N_matmul - R b d), about the
+    ridge R for 2-byte weights. MoE: the bytes read grow with T as more distinct experts are
+    touched (uniform routing), so T* is found by bisection over T >= 1. Attention and the KV
+    cache are ignored (the crossover of the weight GEMMs alone).
     """
     m, g = model(mdl), gpu(chip)
+    if not m.is_moe:
+        return prefill_crossover_tokens(m, g, weight_dtype, compute_dtype)
     peak, bw = g.peak_flops(compute_dtype), g.memory_bandwidth
-    b = bytes_per_element(weight_dtype)
-    if not m.is_moe and not lookup_rows_only:
-        return g.ridge_point(compute_dtype) * b * m.params_total / m.weight_flops_per_token()
-    read = weight_bytes_read_per_pass if lookup_rows_only else weight_bytes_read_per_step
 
     def gap(t: float) -> float:
-        return m.weight_flops_per_token() * t / peak - read(m, t, weight_dtype) / bw
+        return m.weight_flops_per_token() * t / peak - weight_bytes_read_per_step(m, t, weight_dtype) / bw
 
     return _first_crossing(gap)
 
@@ -442,42 +426,7 @@ def _first_crossing(gap) -> float:
 
 
 # ---- decode: the KV cache's two ceilings on batching --------------------------------------
-
-
-def kv_capacity_sequences(
-    mdl: str | Model,
-    chip: str | GPU,
-    context: int,
-    tp: int = 1,
-    weight_dtype: str = "bf16",
-    kv_dtype: str = "bf16",
-    memory_utilization: float = 1.0,
-    reserve_bytes_per_gpu: float = 0.0,
-) -> int:
-    """Largest batch whose KV cache fits beside the weights, each sequence at ``context`` tokens.
-
-    B_max = floor((memory x utilization - weights / tp - reserve) / (context x KV bytes/token x
-    shard fraction)), per GPU. Raises ValueError when the weights alone do not fit.
-    """
-    m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
-    _positive_int("context", context)
-    _fraction("memory_utilization", memory_utilization)
-    if reserve_bytes_per_gpu < 0:
-        raise ValueError(f"reserve_bytes_per_gpu must be >= 0, got {reserve_bytes_per_gpu}")
-    free = (
-        g.memory_bytes * memory_utilization
-        - m.weight_bytes(weight_dtype) / tp
-        - reserve_bytes_per_gpu
-    )
-    if free <= 0:
-        raise ValueError(
-            f"{m.key} in {weight_dtype} needs {m.weight_bytes(weight_dtype) / tp / 1e9:.1f} GB "
-            f"per GPU at tp={tp}; {g.key} offers {g.memory_bytes * memory_utilization / 1e9:.1f} GB "
-            f"at utilization {memory_utilization}: raise tp or quantize the weights"
-        )
-    per_seq = context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp)
-    return int(free // per_seq)
+# capacity: kv_capacity_sequences (lib.memory, imported above); bandwidth: the intensity below.
 
 
 def decode_intensity(
@@ -535,10 +484,12 @@ def decode_ridge_batch(
 ) -> float:
     """Smallest batch at which a decode step's FLOP time reaches its byte time (whole step).
 
-    Dense: B* = (W / tp / BW) / (F(c) / tp / peak - c k s / BW), with W weight bytes, F(c) FLOPs
-    per token at context c, k KV bytes per token and s the shard fraction; math.inf when the
-    denominator is <= 0 (the KV read alone outpaces the compute: no batch gets there).
-    MoE: bisection over B >= 1 (the weights read grow with the batch as more experts are touched).
+    Dense: the weights read are W0 + B r (W0: :func:`lib.roofline.weight_bytes_streamed`; r: the
+    lookup row one more sequence reads, d x b), so B* = (W0 / tp / BW) / (F(c) / tp / peak - (c k s + r / tp) / BW), with F(c) FLOPs per
+    token at context c, k KV bytes per token and s the shard fraction; math.inf when
+    F(c) / tp / peak <= c k s / BW (the KV read alone outpaces the compute: no batch gets there).
+    MoE (or a B* past the lookup table's size): bisection over B >= 1 (the weights read grow
+    with the batch as more experts are touched).
     """
     m, g = model(mdl), gpu(chip)
     _check_tp(m, tp)
@@ -552,7 +503,14 @@ def decode_ridge_batch(
         return math.inf
     bw = g.memory_bandwidth
     if not m.is_moe:
-        return weight_bytes_read_per_step(m, 1, weight_dtype) / tp / bw / per_seq
+        row = lookup_bytes_read(m, 1, weight_dtype)
+        denom = per_seq - row / tp / bw
+        if denom > 0:
+            b_star = weight_bytes_streamed(m, weight_dtype) / tp / bw / denom
+            if b_star <= m.vocab_size and (
+                m.position_embedding != "learned" or b_star <= m.max_position_embeddings
+            ):
+                return b_star
 
     def gap(b: float) -> float:
         return b * per_seq - weight_bytes_read_per_step(m, b, weight_dtype) / tp / bw

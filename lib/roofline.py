@@ -121,22 +121,70 @@ def kv_shard_fraction(mdl: str | Model, tp: int) -> float:
     return max(1.0 / tp, 1.0 / m.num_kv_heads)
 
 
-def weight_bytes_read_per_step(mdl: str | Model, batch: int, dtype: str = "bf16") -> float:
-    """Weight bytes one forward step reads for ``batch`` tokens (whole replica).
+def lookup_rows_read(mdl: str | Model, tokens: float) -> float:
+    """Rows of the lookup tables a forward pass over ``tokens`` tokens reads (a count).
 
-    Dense: every weight. MoE: everything but the routed experts, plus the expected number
-    of distinct experts the batch touches per layer (uniform routing).
+    One token-embedding row per token, at most the V rows of the table: min(T, V); with
+    learned positions also min(T, P) rows of the P x d position table. A pass never streams
+    a lookup table whole (the LM head does, see :func:`weight_bytes_read_per_step`).
     """
     m = model(mdl)
-    if batch < 1:
+    if not tokens >= 1:
+        raise ValueError(f"tokens must be >= 1, got {tokens}")
+    rows = min(tokens, m.vocab_size)
+    if m.position_embedding == "learned":
+        rows += min(tokens, m.max_position_embeddings)
+    return rows
+
+
+def lookup_bytes_read(mdl: str | Model, tokens: float, dtype: str = "bf16") -> float:
+    """Bytes of lookup-table rows a pass over ``tokens`` tokens reads: :func:`lookup_rows_read`
+    x d x b (one token: d x b, e.g. 16 KiB for Llama 3.1 70B in BF16)."""
+    m = model(mdl)
+    return lookup_rows_read(m, tokens) * m.hidden_size * bytes_per_element(dtype)
+
+
+def params_streamed(mdl: str | Model) -> int:
+    """Parameters a forward pass reads whole, whatever its token count (a count).
+
+    N_total - N_lookup + N_tied_head: every parameter but the lookup tables (token embedding
+    V x d, learned positions P x d, which a pass reads row by row, see :func:`lookup_rows_read`),
+    plus V x d when the LM head is tied to the embedding (the shared matrix is stored once, in
+    N_lookup, and the head streams it whole; an untied head is already in N_total). MoE: every
+    expert (the many-token limit). Llama 3.1 70B: 70.55e9 - 128,256 x 8,192 = 69.50e9.
+    """
+    m = model(mdl)
+    tied_head = m.vocab_size * m.hidden_size if m.tie_word_embeddings else 0
+    return m.params_total - m.params_embedding + tied_head
+
+
+def weight_bytes_streamed(mdl: str | Model, dtype: str = "bf16") -> float:
+    """Bytes of :func:`params_streamed` in ``dtype``: b x (N_total - N_lookup + N_tied_head).
+
+    Llama 3.1 70B, BF16: 139.0 GB, not the 141.1 GB of 2 x params (the embedding table is 1.5%).
+    """
+    return params_streamed(mdl) * bytes_per_element(dtype)
+
+
+def weight_bytes_read_per_step(mdl: str | Model, batch: float, dtype: str = "bf16") -> float:
+    """Weight bytes one forward step reads for ``batch`` tokens (whole replica), bytes.
+
+    bytes = :func:`weight_bytes_streamed` + rows x d x b, with rows the lookup-table rows the
+    tokens look up (:func:`lookup_rows_read`: min(T, V), plus min(T, P) with learned positions).
+    Every layer, norm and the LM head are read once; the embedding table only row by row.
+    MoE: the routed experts count E[distinct experts touched] per layer, not all E (uniform
+    routing, lib.moe). ``batch`` may be fractional (bisection callers).
+    """
+    m = model(mdl)
+    if not batch >= 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     b = bytes_per_element(dtype)
-    if not m.is_moe:
-        return m.params_total * b
-    per_expert = m._ffn_params(m.expert_intermediate_size)
-    touched = expected_experts_touched(m.num_experts, m.experts_per_token, batch)
-    routed_all = m.num_moe_layers * m.num_experts * per_expert
-    return (m.params_total - routed_all + m.num_moe_layers * touched * per_expert) * b
+    read = weight_bytes_streamed(m, dtype) + lookup_bytes_read(m, batch, dtype)
+    if m.is_moe:
+        per_expert = m._ffn_params(m.expert_intermediate_size)
+        touched = expected_experts_touched(m.num_experts, m.experts_per_token, batch)
+        read -= m.num_moe_layers * (m.num_experts - touched) * per_expert * b
+    return read
 
 
 def decode_step(mdl: str | Model, chip: str | GPU, tp: int = 1, batch: int = 1, context: int = 0,
@@ -158,10 +206,13 @@ def decode_step(mdl: str | Model, chip: str | GPU, tp: int = 1, batch: int = 1, 
 
 
 def prefill(mdl: str | Model, chip: str | GPU, prompt_len: int, tp: int = 1, batch: int = 1,
-            weight_dtype: str = "bf16", compute_dtype: str = "bf16") -> RooflineTime:
+            weight_dtype: str = "bf16", compute_dtype: str = "bf16",
+            kv_dtype: str = "bf16") -> RooflineTime:
     """Roofline bound of prefilling ``batch`` prompts of ``prompt_len`` tokens on each of ``tp`` GPUs.
 
-    FLOPs = batch x causal prefill FLOPs / tp; bytes = weights / tp + KV written.
+    FLOPs = batch x causal prefill FLOPs / tp; bytes = weights read / tp + KV written, the KV
+    being batch x prompt_len x KV bytes per token in ``kv_dtype`` (the cache's dtype, which need
+    not be the weights') x the shard fraction.
     """
     m, g = model(mdl), gpu(chip)
     _check_tp(m, tp)
@@ -170,7 +221,7 @@ def prefill(mdl: str | Model, chip: str | GPU, prompt_len: int, tp: int = 1, bat
     flops = batch * m.prefill_flops(prompt_len) / tp
     tokens = batch * prompt_len
     weights = weight_bytes_read_per_step(m, tokens, weight_dtype) / tp
-    kv = tokens * m.kv_bytes_per_token(weight_dtype) * kv_shard_fraction(m, tp)
+    kv = tokens * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp)
     return roofline_time(flops, weights + kv, g, compute_dtype)
 
 
@@ -178,12 +229,31 @@ def prefill_crossover_tokens(mdl: str | Model, chip: str | GPU, weight_dtype: st
                              compute_dtype: str = "bf16") -> float:
     """Tokens per forward pass at which weight-read time equals matmul time (attention ignored).
 
-    2 N_matmul T / P = N_total b / W  =>  T* = (P / W) x b x N_total / (2 N_matmul),
-    i.e. the ridge point times b/2: about the ridge itself for 2-byte weights.
+    2 N_matmul T / P = b (S + d rows(T)) / W, with S = :func:`params_streamed` (every
+    weight but the lookup tables; a tied head counted whole) and rows(T) = k T lookup rows
+    (k = 1, 2 with learned positions) while T is below the tables' sizes:
+    T* = R b S / (2 N_matmul - R b k d),  R = P / W the ridge point. Dense, 2-byte weights: S is
+    the matmul weights plus the norms, so T* is the ridge to within 0.03%.
+    Past a table's size its rows stop growing (piecewise-linear bytes, solved segment by
+    segment). MoE: S counts every expert (the many-token limit); for the expected experts
+    touched per pass use lib.prefill.weight_read_crossover_tokens.
     """
     m, g = model(mdl), gpu(chip)
-    return (g.ridge_point(compute_dtype) * bytes_per_element(weight_dtype) * m.params_total
-            / m.weight_flops_per_token())
+    ridge, b, d = g.ridge_point(compute_dtype), bytes_per_element(weight_dtype), m.hidden_size
+    fixed = params_streamed(m)
+    tables = [m.vocab_size] + ([m.max_position_embeddings] if m.position_embedding == "learned" else [])
+    two_n = m.weight_flops_per_token()
+    done_rows, lo = 0.0, 0.0
+    for edge in sorted(set(tables)) + [float("inf")]:
+        growing = sum(1 for size in tables if size > lo)  # tables whose rows still grow with T
+        denom = two_n - ridge * b * growing * d
+        if denom > 0:
+            t = ridge * b * (fixed + done_rows * d) / denom
+            if t <= edge:
+                return t
+        done_rows += sum(size for size in tables if size == edge)
+        lo = edge
+    raise ValueError(f"{m.key}: weight reads outpace the matmuls at every token count")
 
 
 def fits_in_memory(mdl: str | Model, chip: str | GPU, tp: int = 1, weight_dtype: str = "bf16",
@@ -234,11 +304,12 @@ def plot_roofline(chip: str | GPU, dtype: str = "bf16", points: dict[str, float]
                   ax=None):
     """Log-log roofline of ``chip`` with labelled kernels at their intensities; returns the Figure."""
     import numpy as np
-    from matplotlib.figure import Figure
+
+    from lib.svgplot import Figure
 
     g = gpu(chip)
     if ax is None:
-        fig = Figure(figsize=(6.0, 3.4), dpi=72)
+        fig = Figure(figsize=(6.0, 3.4))
         ax = fig.add_subplot()
     else:
         fig = ax.figure

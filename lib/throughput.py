@@ -3,8 +3,9 @@
 One decode step of ``B`` sequences on a memory-bound server costs, per GPU,
 
     t(B) = t0 + B * c,
-    t0 = weight bytes / tp / W_eff                      (read every weight once per step)
+    t0 = weight bytes streamed / tp / W_eff             (read every weight once per step)
     c  = context * KV bytes/token * shard / W_eff       (each sequence reads its own KV cache)
+       + d * b / tp / W_eff                              (and its row of the embedding table)
        + FLOPs per token at ``context`` / tp / P_eff     (each sequence's matmuls and attention)
 
 with W_eff = bandwidth x bandwidth_efficiency and P_eff = peak x mfu. Adding the compute term
@@ -14,8 +15,10 @@ the overlapped bound. Throughput X(B) = B / t(B) is a hyperbola rising to the ce
 Its knee, B* = t0 / c, is where the fixed and the per-sequence costs are equal: throughput is
 half the ceiling and the step (the per-token latency) has doubled from t0.
 
-All quantities SI: seconds, bytes, tokens/s. For MoE models t0 reads every expert (the
-large-batch limit; see :mod:`lib.moe` for the batch-dependent count).
+All quantities SI: seconds, bytes, tokens/s. The weights streamed are
+:func:`lib.roofline.weight_bytes_streamed` (all but the embedding table, which a step reads
+one row per sequence). For MoE models t0 reads every expert (the large-batch limit; see
+:mod:`lib.moe` for the batch-dependent count).
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from lib.hardware import GPU, gpu
+from lib.memory import kv_capacity_sequences
 from lib.models import Model, model
-from lib.roofline import kv_shard_fraction
+from lib.roofline import kv_shard_fraction, lookup_bytes_read, weight_bytes_streamed
 
 DEFAULT_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization (vLLM engine args docs)
 
@@ -50,6 +54,13 @@ def _check_tp(m: Model, tp: int) -> None:
         )
 
 
+def _per_sequence_compute_s(
+    m: Model, g: GPU, context: int, tp: int, compute_dtype: str, mfu: float
+) -> float:
+    """c_F: one sequence's FLOPs at ``context`` on one of ``tp`` GPUs at mfu x peak, seconds."""
+    return m.flops_per_token(context) / tp / (g.peak_flops(compute_dtype) * _fraction("mfu", mfu))
+
+
 def _check_context(context: int) -> None:
     if not isinstance(context, int | np.integer) or isinstance(context, bool) or context < 0:
         raise ValueError(f"context must be an integer >= 0 tokens, got {context!r}")
@@ -57,29 +68,33 @@ def _check_context(context: int) -> None:
 
 @dataclass(frozen=True)
 class StepLine:
-    """t(B) = fixed_s + B * (kv_s + compute_s), seconds per decode step on one GPU of the replica.
+    """t(B) = fixed_s + B * (kv_s + row_s + compute_s), seconds per decode step on one GPU.
 
-    ``fixed_s`` (t0) is paid once per step; ``kv_s`` and ``compute_s`` once per sequence.
+    ``fixed_s`` (t0) is paid once per step; ``kv_s`` (its KV read), ``row_s`` (its embedding
+    row, d x b / tp bytes: negligible, kept so the line is exactly the roofline's bytes) and
+    ``compute_s`` once per sequence.
     """
 
     fixed_s: float
     kv_s: float
     compute_s: float
+    row_s: float = 0.0
 
     def __post_init__(self):
-        for name in ("fixed_s", "kv_s", "compute_s"):
+        for name in ("fixed_s", "kv_s", "compute_s", "row_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0 seconds, got {v}")
-        if self.kv_s + self.compute_s <= 0:
+        if self.per_sequence_s <= 0:
             raise ValueError(
-                "the per-sequence cost kv_s + compute_s must be > 0 (else throughput has no ceiling)"
+                "the per-sequence cost kv_s + row_s + compute_s must be > 0 "
+                "(else throughput has no ceiling)"
             )
 
     @property
     def per_sequence_s(self) -> float:
         """c: seconds each extra sequence adds to a step."""
-        return self.kv_s + self.compute_s
+        return self.kv_s + self.row_s + self.compute_s
 
     def step_s(self, batch):
         """t(B) = t0 + B c, seconds (scalar or array ``batch``)."""
@@ -140,8 +155,9 @@ def decode_step_line(
 ) -> StepLine:
     """The step-time line of decoding at ``context`` tokens per sequence, per GPU of a TP group.
 
-    t0 = params_total x b_w / tp / (W eta_W);
+    t0 = weight_bytes_streamed(weight_dtype) / tp / (W eta_W);
     c_kv = context x kv_bytes_per_token(kv_dtype) x kv_shard_fraction / (W eta_W);
+    c_row = lookup row bytes / tp / (W eta_W), the row being d x b_w (2 d with learned positions);
     c_compute = flops_per_token(context) / tp / (P(compute_dtype) x mfu).
     Seconds. TP communication and launch overheads are not included (see I001).
     """
@@ -151,10 +167,11 @@ def decode_step_line(
     eta_w = _fraction("bandwidth_efficiency", bandwidth_efficiency)
     eta_p = _fraction("mfu", mfu)
     bandwidth = g.memory_bandwidth * eta_w
-    fixed = m.weight_bytes(weight_dtype) / tp / bandwidth
+    fixed = weight_bytes_streamed(m, weight_dtype) / tp / bandwidth
+    row = lookup_bytes_read(m, 1, weight_dtype)
     kv = context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp) / bandwidth
-    compute = m.flops_per_token(context) / tp / (g.peak_flops(compute_dtype) * eta_p)
-    return StepLine(fixed, kv, compute)
+    compute = _per_sequence_compute_s(m, g, context, tp, compute_dtype, eta_p)
+    return StepLine(fixed, kv, compute, row / tp / bandwidth)
 
 
 def kv_bytes_per_sequence_per_gpu(
@@ -165,24 +182,6 @@ def kv_bytes_per_sequence_per_gpu(
     _check_tp(m, tp)
     _check_context(context)
     return context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp)
-
-
-def kv_free_bytes_per_gpu(
-    mdl: str | Model,
-    chip: str | GPU,
-    tp: int = 1,
-    weight_dtype: str = "bf16",
-    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
-) -> float:
-    """Bytes left for KV on each GPU: memory x utilization - weights / tp (may be negative).
-
-    ``memory_utilization`` is the share of HBM the server may use (vLLM default 0.9; the rest
-    covers the CUDA context, activations and fragmentation).
-    """
-    m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
-    u = _fraction("memory_utilization", memory_utilization)
-    return g.memory_bytes * u - m.weight_bytes(weight_dtype) / tp
 
 
 def kv_batch_ceiling(
@@ -196,23 +195,12 @@ def kv_batch_ceiling(
 ) -> int:
     """Most sequences of ``context`` tokens whose KV cache fits beside the weights (per replica).
 
-    B_max = floor((memory x utilization - weights / tp) / (context x kv/token x shard)).
-    Raises ValueError when the weights alone do not fit; returns 0 when not even one
-    sequence's KV fits. ``context`` = 0 is rejected (an empty cache has no ceiling).
+    :func:`lib.memory.kv_capacity_sequences` with the serving default utilization (0.9, vLLM's
+    gpu_memory_utilization) instead of 1: B_max = floor((memory x utilization - weights / tp) /
+    (context x kv/token x shard)). Raises ValueError when the weights alone do not fit or
+    ``context`` < 1 (an empty cache has no ceiling); 0 when not even one sequence's KV fits.
     """
-    m, g = model(mdl), gpu(chip)
-    free = kv_free_bytes_per_gpu(m, g, tp, weight_dtype, memory_utilization)
-    if free < 0:
-        need = m.weight_bytes(weight_dtype) / tp
-        raise ValueError(
-            f"{m.key} weights in {weight_dtype} need {need / 1e9:.1f} GB per GPU at tp={tp}; "
-            f"{g.key} offers {g.memory_bytes * memory_utilization / 1e9:.1f} GB "
-            f"({memory_utilization:.0%} of {g.memory_bytes / 1e9:.0f} GB): raise tp or quantize"
-        )
-    if context < 1:
-        raise ValueError(f"context must be >= 1 token for a KV ceiling, got {context}")
-    per_seq = kv_bytes_per_sequence_per_gpu(m, context, tp, kv_dtype)
-    return int(free // per_seq)
+    return kv_capacity_sequences(mdl, chip, context, tp, weight_dtype, kv_dtype, memory_utilization)
 
 
 def compute_bound_batch(
@@ -224,9 +212,9 @@ def compute_bound_batch(
     compute_dtype: str = "bf16",
     mfu: float = 1.0,
 ) -> float:
-    """Batch at which the overlapped roofline flips to compute-bound: B F / P = t0 + B c_kv.
+    """Batch at which the overlapped roofline flips to compute-bound: B F / P = t0 + B (c_kv + c_row).
 
-    B_c = t0 / (F / P - c_kv), with F / P the per-sequence compute seconds of ``line``
+    B_c = t0 / (F / P - c_kv - c_row), with F / P the per-sequence compute seconds of ``line``
     (recomputed here from the model so the caller cannot mix setups). Returns math.inf when
     each sequence costs more memory time than compute time (then no batch is compute-bound:
     the tensor cores never set the ceiling).
@@ -234,10 +222,8 @@ def compute_bound_batch(
     m, g = model(mdl), gpu(chip)
     _check_tp(m, tp)
     _check_context(context)
-    per_seq_compute = (
-        m.flops_per_token(context) / tp / (g.peak_flops(compute_dtype) * _fraction("mfu", mfu))
-    )
-    margin = per_seq_compute - line.kv_s
+    per_seq_compute = _per_sequence_compute_s(m, g, context, tp, compute_dtype, mfu)
+    margin = per_seq_compute - line.kv_s - line.row_s
     if margin <= 0:
         return math.inf
     return line.fixed_s / margin
@@ -251,11 +237,14 @@ def kv_compute_balance_context(
     compute_dtype: str = "bf16",
     bandwidth_efficiency: float = 1.0,
     mfu: float = 1.0,
+    weight_dtype: str = "bf16",
 ) -> float:
-    """Context at which one sequence's KV read takes as long as its FLOPs: c_kv(L) = c_compute(L).
+    """Context at which one sequence's memory read takes as long as its FLOPs:
+    c_kv(L) + c_row = c_compute(L).
 
-    L x kv x shard / W_eff = (F0 + a L) / (tp P_eff), with F0 = 2N (context-free FLOPs) and a the
-    attention FLOPs per context token, so L* = (F0 / (tp P_eff)) / (kv x shard / W_eff - a / (tp P_eff)).
+    L x kv x shard / W_eff + r / (tp W_eff) = (F0 + a L) / (tp P_eff), with F0 = 2N (context-free
+    FLOPs), a the attention FLOPs per context token and r = d x b_w the sequence's embedding row,
+    so L* = (F0 / (tp P_eff) - r / (tp W_eff)) / (kv x shard / W_eff - a / (tp P_eff)).
     Above L* no batch is compute-bound (see :func:`compute_bound_batch`); math.inf when the KV
     read never catches up (attention intensity at or above the ridge, e.g. MLA at high head count).
     """
@@ -268,7 +257,8 @@ def kv_compute_balance_context(
     margin = per_token_kv_s - per_token_attn_s
     if margin <= 0:
         return math.inf
-    return m.weight_flops_per_token() / p / margin
+    row_s = lookup_bytes_read(m, 1, weight_dtype) / tp / w
+    return (m.weight_flops_per_token() / p - row_s) / margin
 
 
 def tensor_core_ceiling_tokens_per_s(

@@ -520,10 +520,10 @@ _COLORS = {
 
 def plot_step_stack(steps: dict, ax=None, unit_s: float = 1e-3):
     """Horizontal stacked bars, one per labelled :class:`DecodeStep`; returns the Figure."""
-    from matplotlib.figure import Figure
+    from lib.svgplot import Figure
 
     if ax is None:
-        fig = Figure(figsize=(6.5, 0.5 * len(steps) + 1.5), dpi=72)  # whole pixels: stable reprs
+        fig = Figure(figsize=(6.5, 0.5 * len(steps) + 1.5))
         ax = fig.add_subplot()
     else:
         fig = ax.figure
@@ -555,10 +555,10 @@ def plot_step_stack(steps: dict, ax=None, unit_s: float = 1e-3):
 
 def plot_speedup(curve: list[SpeedupPoint], ax=None, label: str = "modelled"):
     """Speedup against TP degree with the ideal line; deployable degrees filled. Returns the Figure."""
-    from matplotlib.figure import Figure
+    from lib.svgplot import Figure
 
     if ax is None:
-        fig = Figure(figsize=(5.0, 3.25), dpi=72)
+        fig = Figure(figsize=(5.0, 3.25))
         ax = fig.add_subplot()
     else:
         fig = ax.figure

@@ -5,15 +5,14 @@ A view function lives in ``lib/explorers/<section>.py`` and registers itself wit
 :class:`FloatRange`). Tests and the benchmark find every explorer through :func:`registry`.
 In a notebook, ``explore("roofline.decode_floor", model=MODEL, ...)`` shows the controls and
 the view; a ``ValueError`` from the function is shown as a plain message, never a traceback.
-ipywidgets and matplotlib are imported only when used.
+ipywidgets is imported only when used; figures are :mod:`lib.svgplot` SVG (fast enough to redraw
+on every change).
 """
 
 from __future__ import annotations
 
-import base64
 import html
 import importlib
-import io
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -91,7 +90,7 @@ Domain = Choice | IntRange | FloatRange
 
 @dataclass
 class View:
-    """A small table (label, value) and an optional matplotlib Figure, with a one-line note."""
+    """A small table (label, value) and an optional :class:`lib.svgplot.Figure`, with a one-line note."""
 
     title: str
     rows: list[tuple[str, str]]
@@ -99,12 +98,9 @@ class View:
     note: str = ""
     values: dict[str, float] = field(default_factory=dict)  # raw numbers, for tests
 
-    def png(self) -> bytes | None:
-        if self.figure is None:
-            return None
-        buf = io.BytesIO()
-        self.figure.savefig(buf, format="png")
-        return buf.getvalue()
+    def svg(self) -> str:
+        """The figure as inline SVG text ('' when there is none)."""
+        return "" if self.figure is None else self.figure.svg()
 
     def table_text(self) -> str:
         width = max((len(k) for k, _ in self.rows), default=0)
@@ -116,9 +112,7 @@ class View:
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><td>{html.escape(k)}</td><td><b>{html.escape(v)}</b></td></tr>"
                        for k, v in self.rows)
-        img = self.png()
-        pic = (f'<img alt="{html.escape(self.title)}" src="data:image/png;base64,'
-               f'{base64.b64encode(img).decode()}"/>' if img else "")
+        pic = f'<div role="img" aria-label="{html.escape(self.title)}">{self.svg()}</div>' if self.figure else ""
         note = f"<p><i>{html.escape(self.note)}</i></p>" if self.note else ""
         return (f'<div class="explorer-view"><b>{html.escape(self.title)}</b>'
                 f'<table class="explorer-table">{rows}</table>{note}{pic}</div>')

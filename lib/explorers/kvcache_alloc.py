@@ -27,17 +27,11 @@ from lib.kvcache import (
     content_oracle,
     ownership_oracle,
 )
+from lib.svgplot import Rectangle, subplots
 from lib.units import fmt_bytes, fmt_pct, sig
 from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 MODELS = tuple(models.model_names())
-
-
-def _figure(width: float, height: float, ncols: int = 1):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=72)
-    return fig, [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
 
 
 # ---- I085: step through operations -------------------------------------------------------------
@@ -162,7 +156,7 @@ def block_allocator_ops(
     rows.append(("ownership oracle", "ok" if not own else "; ".join(own)))
     rows.append(("content oracle", "ok" if not con else "; ".join(con)))
 
-    fig, (ax,) = _figure(6.4, 2.4)
+    fig, (ax,) = subplots(6.4, 2.4)
     holders: dict[int, list[str]] = {}
     for seq in alloc.seq_ids():
         for block in alloc.block_table(seq):
@@ -204,8 +198,6 @@ def block_allocator_ops(
 
 
 def _rect(x: float, color: str, edge: str):
-    from matplotlib.patches import Rectangle
-
     return Rectangle((x + 0.05, 0.05), 0.9, 1.0, facecolor=color, edgecolor=edge, lw=1.2)
 
 
@@ -283,7 +275,7 @@ def defect_replay(
         rows.append(
             (f"{name} oracle", "never fired" if at is None else f"first fires after op {at}")
         )
-    fig, (ax,) = _figure(6.0, 2.4)
+    fig, (ax,) = subplots(6.0, 2.4)
     xs = np.arange(len(free_used))
     fu = np.array(free_used)
     ax.step(xs, fu[:, 0], where="post", label="free")
@@ -365,7 +357,7 @@ def block_sharing(
         xlabel = "requests admitted (each fully written)"
     else:
         raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}")
-    fig, (ax,) = _figure(6.0, 2.8)
+    fig, (ax,) = subplots(6.0, 2.8)
     ax.plot(x, unshared, label="without sharing")
     ax.plot(x, shared, label="with sharing (CoW)")
     ax.set_xlabel(xlabel)
@@ -432,7 +424,7 @@ def paged_waste(
     s = kp.waste_summary(lengths, block_size, max_tokens)
     sizes = [2**i for i in range(9)]
     sim = [kp.waste_summary(lengths, bs, max_tokens).mean_waste_tokens("paged") for bs in sizes]
-    fig, (ax1, ax2) = _figure(7.2, 2.8, 2)
+    fig, (ax1, ax2) = subplots(7.2, 2.8, 2)
     ax1.loglog(
         sizes,
         [max(kp.uniform_residue_waste_tokens(bs), 0.1) for bs in sizes],
@@ -479,7 +471,7 @@ def paged_waste(
         ),
     ]
     return View(
-        f"{model} KV ({kv_dtype}), B={block_size}, lengths ~ LogNormal(median {median_tokens}, {sigma})",
+        f"{model} KV ({kv_dtype}), B={block_size}, lengths ~ LogNormal(median {median_tokens}, sigma {sig(sigma)})",
         rows,
         fig,
         values={

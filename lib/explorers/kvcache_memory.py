@@ -9,6 +9,7 @@ import numpy as np
 from lib import hardware, models
 from lib import memory as mem
 from lib import prefill as pf
+from lib.svgplot import figure
 from lib.units import GiB, fmt_bytes, fmt_pct, fmt_time, sig
 from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
@@ -25,12 +26,7 @@ COLORS = {
 
 
 def _figure(width: float = 6.0, height: float = 3.0):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=72)
-    ax = fig.add_subplot()
-    fig.subplots_adjust(bottom=0.18, left=0.13, right=0.97, top=0.95)
-    return fig, ax
+    return figure(width, height, bottom=0.18, left=0.13, right=0.97, top=0.95)
 
 
 def _compute_dtype(weight_dtype: str) -> str:

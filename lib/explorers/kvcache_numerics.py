@@ -9,6 +9,7 @@ import numpy as np
 
 from lib import fp8, hardware, models
 from lib import kv_tiering as kt
+from lib.svgplot import figure
 from lib.units import GB, TB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_time, sig
 from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
@@ -17,13 +18,6 @@ GPUS = tuple(hardware.gpu_names())
 KV_DTYPES = ("bf16", "fp8")
 COMPUTE_DTYPES = ("bf16", "fp8")
 SCALE_LOG2 = np.arange(-8.0, 14.01, 0.5)  # scale = 2^x * amax / limit
-
-
-def _figure(width: float = 6.0, height: float = 3.0):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=72)
-    return fig, fig.add_subplot()
 
 
 def _t(x: float) -> str:
@@ -52,7 +46,7 @@ def fp8_scale(
     best = int(np.argmin(e["total_rel"]))
     floor = fp8.relative_rounding_floor(k, float(fp8.amax_scale(k).item()))
     near = SCALE_LOG2[e["total_rel"] <= 1.25 * e["total_rel"][best]]
-    fig, ax = _figure()
+    fig, ax = figure()
     ax.semilogy(SCALE_LOG2, np.maximum(e["rounding_rel"], 1e-12), label="E4M3 rounding")
     ax.semilogy(SCALE_LOG2, np.maximum(e["clipping_rel"], 1e-12), label="E4M3 clipping")
     ax.semilogy(SCALE_LOG2, e["total_rel"], "k", lw=2, label="E4M3 total")
@@ -131,7 +125,7 @@ def tiering(
     rows_t = kt.tier_costs(m, g, prefix_tokens, n_gpus, node, kv_dtype, "bf16", compute_dtype, mfu)
     lengths = np.unique(np.geomspace(16, max(4 * prefix_tokens, 1 << 17), 48).astype(int))
     rec = [kt.recompute_time_s(m, g, int(p), n_gpus, compute_dtype, mfu) for p in lengths]
-    fig, ax = _figure()
+    fig, ax = figure()
     ax.loglog(lengths, rec, "k", lw=2, label="recompute (prefill)")
     for t in rows_t[1:]:
         ax.loglog(
@@ -232,7 +226,7 @@ def ssd_wear(
     wear = kt.ssd_wear(rate, node)
     spills = np.linspace(0.05, 1.0, 40)
     days = [kt.ssd_wear(rate / spill_fraction * s, node).lifetime_days for s in spills]
-    fig, ax = _figure()
+    fig, ax = figure()
     ax.semilogy(spills, days, "k")
     ax.axhline(7, color="grey", ls=":", lw=1, label="one week")
     ax.axhline(365, color="grey", ls="--", lw=1, label="one year")

@@ -18,6 +18,7 @@ from lib.kvcache import (
     shared_prefix_workload,
     simulate,
 )
+from lib.svgplot import Rectangle, figure
 from lib.units import GB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_time, sig
 from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
@@ -29,11 +30,7 @@ NBSP = "\u00a0"
 
 
 def _figure(width: float = 6.0, height: float = 2.8, bottom: float = 0.18):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=72)
-    fig.subplots_adjust(left=0.11, right=0.97, top=0.95, bottom=bottom)
-    return fig, fig.add_subplot()
+    return figure(width, height, bottom=bottom, left=0.11, right=0.97, top=0.95)
 
 
 def _bw(x: float) -> str:
@@ -87,8 +84,6 @@ def radix_steps(scenario: str, step: int, num_slots: int) -> View:
 
 
 def _rect(i: int, color: str):
-    from matplotlib.patches import Rectangle
-
     return Rectangle((i, 0), 0.92, 1, color=color)
 
 

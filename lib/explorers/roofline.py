@@ -7,18 +7,12 @@ import numpy as np
 from lib import hardware, models
 from lib import roofline as rf
 from lib.dtypes import BYTES_PER_ELEMENT
+from lib.svgplot import figure
 from lib.units import MS, US, fmt_bytes, fmt_pct, fmt_time, sig
 from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 WEIGHT_DTYPES = ("bf16", "fp8", "int4")
 COMPUTE_DTYPES = ("bf16", "fp8")
-
-
-def _figure(width: float = 6.0, height: float = 3.2):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=72)
-    return fig, fig.add_subplot()
 
 
 @explorer(
@@ -47,7 +41,7 @@ def decode_floor(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     parts = rf.decode_step_breakdown(m, g, tp, batch, context, weight_dtype, kv_dtype, bandwidth_efficiency,
                                      allreduce_latency_us * US, kernels_per_layer, launch_overhead_us * US)
     total = sum(parts.values())
-    fig, ax = _figure(6.0, 2.6)
+    fig, ax = figure(6.0, 2.6)
     left = 0.0
     for label, seconds in parts.items():
         ax.barh([0], [seconds / MS], left=left, label=label)
@@ -105,7 +99,7 @@ def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, prompt_len: int
     lengths = np.unique(np.geomspace(1, max(4 * crossover, 2 * prompt_len), 60).astype(int))
     compute = [rf.prefill(m, g, int(p), tp, 1, dtype, dtype).compute_s / mfu / MS for p in lengths]
     memory = [rf.prefill(m, g, int(p), tp, 1, dtype, dtype).memory_s / MS for p in lengths]
-    fig, ax = _figure()
+    fig, ax = figure()
     ax.loglog(lengths, compute, label="matmul time (at this MFU)")
     ax.loglog(lengths, memory, label="weight + KV read time")
     ax.axvline(crossover, color="grey", ls="--", lw=1)

@@ -9,20 +9,13 @@ import numpy as np
 from lib import datasheet as ds
 from lib import energy, hardware, models, moe, moe_cost
 from lib import throughput as tput
+from lib.svgplot import subplots
 from lib.units import fmt_bytes, fmt_pct, fmt_time, sig
 from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 MOE_MODELS = tuple(k for k in models.model_names() if models.model(k).is_moe)
 GPUS = tuple(hardware.gpu_names())
 MODELS = tuple(models.model_names())
-
-
-def _figure(width: float = 6.0, height: float = 3.0, ncols: int = 1):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=72)
-    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
-    return fig, axes
 
 
 def _compute_dtype(weight_dtype: str) -> str:
@@ -72,9 +65,9 @@ def moe_experts(
             m, g, batches, weight_dtype, cdt
         ).items()
     }
-    fig, (ax1, ax2) = _figure(7.4, 2.9, 2)
+    fig, (ax1, ax2) = subplots(7.4, 2.9, 2)
     ax1.semilogx(batches, uniform, label="uniform routing")
-    ax1.semilogx(batches, skewed, "--", label=f"Zipf skew {skew:g}")
+    ax1.semilogx(batches, skewed, "--", label=f"Zipf skew {sig(skew)}")
     ax1.axhline(e, color="grey", lw=0.8)
     ax1.axvline(batch, color="red", lw=0.8)
     ax1.set_xlabel("tokens per step")
@@ -149,7 +142,7 @@ def throughput_knee(
     tc = tput.tensor_core_ceiling_tokens_per_s(m, g, context, tp, cdt)
     hi = max(4 * line.knee_batch, 2 * b_max, 2 * batch, 8)
     bs = np.geomspace(1, hi, 80)
-    fig, (ax,) = _figure(6.0, 3.0)
+    fig, (ax,) = subplots(6.0, 3.0)
     ax.semilogx(bs, line.throughput(bs), label="X(B) = B / (t0 + B c)")
     ax.axhline(
         line.ceiling_tokens_per_s,
@@ -237,7 +230,7 @@ def joules_per_token(
     curve = energy.decode_energy(line, g, tp, bs, floor_fraction)
     at_tdp = energy.joules_per_token(tp * g.tdp_w, line.throughput(bs))
     at_floor = energy.joules_per_token(tp * g.tdp_w * floor_fraction, line.throughput(bs))
-    fig, (ax,) = _figure(6.0, 3.0)
+    fig, (ax,) = subplots(6.0, 3.0)
     ax.loglog(bs, curve["j_per_token"], label="power model")
     ax.loglog(bs, at_tdp, ":", color="grey", label="power pinned at TDP")
     ax.loglog(bs, at_floor, "--", color="grey", label="power pinned at batch-1 level")
@@ -299,7 +292,7 @@ def headline_claim(
     scen = ds.headline_scenarios(
         claim, model, gpu, n_gpus, context, acceptance, draft_tokens, draft_cost
     )
-    fig, (ax,) = _figure(6.4, 0.3 * len(scen) + 1.0)
+    fig, (ax,) = subplots(6.4, 0.3 * len(scen) + 1.0)
     names = [s.name for s in scen]
     vals = [max(s.tokens_per_s, 1e-3) for s in scen]
     colors = [
@@ -357,7 +350,7 @@ def generation_regimes(
     base = rows_by_gpu[0]
     regimes = ("compute", "bandwidth", "capacity")
     speed = {r.gpu: ds.regime_speedups(base, r) for r in rows_by_gpu}
-    fig, (ax,) = _figure(6.0, 3.0)
+    fig, (ax,) = subplots(6.0, 3.0)
     xs = np.arange(len(rows_by_gpu))
     for reg, marker in zip(regimes, "os^", strict=True):
         ys = np.array([speed[r.gpu][reg] for r in rows_by_gpu], dtype=float)
@@ -425,7 +418,7 @@ def bytes_per_flop(
     curve = ds.decode_bytes_per_flop(
         model, bs, context, weight_dtype, kv_dtype, tokens_per_weight_read
     )
-    fig, (ax,) = _figure(6.0, 3.0)
+    fig, (ax,) = subplots(6.0, 3.0)
     ax.loglog(bs, curve, label="decode step asks for")
     for key in ds.GENERATIONS:
         ax.axhline(ds.bytes_per_flop(key, "bf16"), lw=0.8, ls="--", label=f"{key} supplies")

@@ -8,6 +8,7 @@ import numpy as np
 from lib import decode_kernels as dk
 from lib import gaps, hardware, models
 from lib import roofline as rf
+from lib.svgplot import figure
 from lib.units import US, fmt_bytes, fmt_pct, fmt_time, sig
 from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
@@ -15,13 +16,6 @@ DENSE_MODELS = tuple(
     k for k in models.model_names() if not models.model(k).is_moe and not models.model(k).is_mla
 )
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
-
-
-def _figure(width: float = 6.4, height: float = 3.4):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=72)
-    return fig, fig.add_subplot()
 
 
 def _compute_dtype(chip, weight_dtype: str) -> str:
@@ -71,7 +65,7 @@ def kernel_ranking(
         k, n, bias = shapes[name]
         out = dk.LOGIT_BYTES if name == "lm_head" else None
         curves[name] = dk.gemm_intensity(k, n, batches, weight_dtype, "bf16", bias, out)
-    fig, ax = _figure()
+    fig, ax = figure()
     for name in GEMMS:
         ax.loglog(batches, curves[name], lw=1.2, label=name)
     ax.axhline(att, color="black", lw=2, label=f"attention ({sig(att)})")
@@ -156,7 +150,7 @@ def batch1_gap(
     trace = gaps.decode_trace(m, g, tp, 1, context, overheads=ov)
     b = gaps.attribute_trace(trace)
     floor = rf.decode_step(m, g, tp, 1, 0).memory_s
-    fig, ax = _figure(6.4, 2.4)
+    fig, ax = figure(6.4, 2.4)
     left = 0.0
     for key in ("floor",) + gaps.BUCKETS:
         ax.barh(
@@ -228,7 +222,7 @@ def where_it_breaks(
     )
     plan = rows_w[0][1]
     total = sum(v for _, v in rows_w)
-    fig, ax = _figure(6.4, 3.2)
+    fig, ax = figure(6.4, 3.2)
     left = 0.0
     for i, (_label, v) in enumerate(rows_w):
         ax.barh(

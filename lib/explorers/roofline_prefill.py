@@ -13,6 +13,7 @@ from lib import hardware, models
 from lib import prefill as pf
 from lib import roofline as rf
 from lib.dtypes import bytes_per_element
+from lib.svgplot import figure
 from lib.units import MS, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_time, sig
 from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
@@ -21,13 +22,6 @@ GPUS = tuple(hardware.gpu_names())
 WEIGHT_DTYPES = ("bf16", "fp8", "int4")
 MATMUL_DTYPES = ("bf16", "fp8")
 KV_DTYPES = ("bf16", "fp8")
-
-
-def _figure(width: float = 6.0, height: float = 3.0):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=72)
-    return fig, fig.add_subplot()
 
 
 def _tokens(x: float) -> str:
@@ -66,7 +60,7 @@ def flops_per_token(model: str, context: int) -> View:
     hi = int(max(2.2 * breakeven, 1.3 * context, 1024))
     c = np.linspace(0, hi, 120)
     a = m.attention_flops_per_token(1) * c
-    fig, ax = _figure()
+    fig, ax = figure()
     ax.stackplot(
         c / 1e3,
         [np.full_like(c, two_n / 1e9), a / 1e9],
@@ -118,7 +112,7 @@ def crossover_coincidence(model: str, gpu: str, weight_dtype: str, compute_dtype
             names.append(key)
             crosses.append(pf.weight_read_crossover_tokens(m, chip, weight_dtype, compute_dtype))
             ridges.append(chip.ridge_point(compute_dtype))
-    fig, ax = _figure(6.0, 2.8)
+    fig, ax = figure(6.0, 2.8)
     x = np.arange(len(names))
     ax.bar(x - 0.2, ridges, 0.4, label=f"ridge, {compute_dtype} (FLOP/byte)")
     ax.bar(x + 0.2, crosses, 0.4, label="crossover (tokens per pass)")
@@ -158,7 +152,7 @@ def pass_bottleneck(model: str, gpu: str, tp: int, dtype: str, tokens: int) -> V
     cross = pf.weight_read_crossover_tokens(m, g, dtype, dtype)
     t = np.unique(np.geomspace(1, max(4 * tokens, 8 * cross, 16), 40).astype(int))
     reads = _weights_read(m, t, dtype) / tp / g.memory_bandwidth / MS
-    fig, ax = _figure()
+    fig, ax = figure()
     ax.loglog(t, reads, label="weight read")
     ax.loglog(
         t, m.weight_flops_per_token() * t / tp / g.peak_flops(dtype) / MS, label="matmul at peak"
@@ -216,7 +210,7 @@ def prefill_floor(
     per_key = m.attention_flops_per_token(1) if include_attention else 0.0
     flops = m.weight_flops_per_token() * lengths + per_key * lengths * (lengths + 1) / 2
     peak = n_gpus * g.peak_flops(dtype)
-    fig, ax = _figure()
+    fig, ax = figure()
     for frac, style in ((1.0, "--"), (mfu, "-")):
         ax.loglog(
             lengths, flops / (peak * frac), style, label=f"compute at {fmt_pct(frac)} of peak"
@@ -278,7 +272,7 @@ def decode_batch_ceiling(
     b = np.unique(np.geomspace(1, hi, 40).astype(int))
     w = _weights_read(m, b, weight_dtype) / tp
     kv_seq = context * m.kv_bytes_per_token(kv_dtype) * rf.kv_shard_fraction(m, tp)
-    fig, ax = _figure()
+    fig, ax = figure()
     ax.loglog(b, b * m.weight_flops_per_token() / tp / w, label="weight GEMMs only")
     ax.loglog(
         b,

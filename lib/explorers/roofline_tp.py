@@ -8,19 +8,12 @@ from lib import ffn as ffn_lib
 from lib import hardware, models
 from lib import mbu as mbu_lib
 from lib import tpdecode as tpd
+from lib.svgplot import subplots
 from lib.units import MS, US, fmt_bytes, fmt_pct, fmt_time, sig
 from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())
-
-
-def _figure(width: float, height: float, ncols: int = 1):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=72)
-    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
-    return fig, axes
 
 
 def _stack(level: str, allreduce: str, cuda_graphs: str = "yes") -> tpd.StepAssumptions:
@@ -72,7 +65,7 @@ def tp_decode_step(
     curve = tpd.speedup_curve(
         m, g, degrees, batch, context, weight_dtype, stack=stack, reference=one
     )
-    fig, (ax0, ax1) = _figure(9.0, 3.4, 2)
+    fig, (ax0, ax1) = subplots(9.0, 3.4, 2)
     tpd.plot_step_stack({"TP1": one, f"TP{tp}": step}, ax=ax0)
     tpd.plot_speedup(curve, ax=ax1)
     fig.subplots_adjust(left=0.08, right=0.98, wspace=0.3, bottom=0.42)
@@ -130,7 +123,7 @@ def ffn_cost(
     shape = ffn_lib.ffn_shape(model, None if kind == "native" else kind)
     kw = {"weight_dtype": weight_dtype, "compute_dtype": weight_dtype, "fused": fused == "fused"}
     cost = ffn_lib.ffn_cost(shape, gpu, tokens, tp, link, **kw)
-    fig, (ax,) = _figure(6.4, 3.4)
+    fig, (ax,) = subplots(6.4, 3.4)
     ffn_lib.plot_regime_map(shape, gpu, link, point=(tokens, tp), ax=ax, **kw)
     t_ch = ffn_lib.compute_hbm_boundary_tokens(
         shape, gpu, tp, weight_dtype, "bf16", weight_dtype, fused == "fused"
@@ -261,7 +254,7 @@ def mbu_pitfalls(
             "raise the measured step time"
         )
     pits = [p for p in mbu_lib.pitfalls(s, wrong_gpu) if p.key != "throughput_time"]
-    fig, (ax,) = _figure(6.4, 3.2)
+    fig, (ax,) = subplots(6.4, 3.2)
     ax.barh(
         range(len(pits)),
         [p.error_points for p in pits],

@@ -67,10 +67,12 @@ def test_capacity_speedup_second_method():
 
 
 def test_per_user_ceiling():
-    # 3.35 TB/s / (70.6e9 x 2 B) = 23.7 tokens/s: the one division
+    # 3.35 TB/s / ((70.6e9 - 128,256 x 8,192 + 8,192) x 2 B) = 24.1 tokens/s: the one division,
+    # with the embedding table read one row per step (128,256 x 8,192 = 1.05e9 not streamed)
     x = ds.per_user_decode_ceiling("llama-3.1-70b", "h100-sxm")
-    assert math.isclose(x, 3.35e12 / (model("llama-3.1-70b").params_total * 2), rel_tol=1e-12)
-    assert math.isclose(x, 23.7, rel_tol=0.01)
+    streamed = model("llama-3.1-70b").params_total - 128_256 * 8_192 + 8_192
+    assert math.isclose(x, 3.35e12 / (streamed * 2), rel_tol=1e-12)
+    assert math.isclose(x, 3.35e12 / ((70.6e9 - 1.05e9) * 2), rel_tol=0.01)
     assert ds.per_user_decode_ceiling("llama-3.1-70b", "h100-sxm", context=8192) < x
     assert math.isclose(
         ds.per_user_decode_ceiling("llama-3.1-70b", "h100-sxm", tokens_per_weight_read=3), 3 * x
@@ -78,9 +80,10 @@ def test_per_user_ceiling():
 
 
 def test_per_user_ceiling_moe_reads_active_experts():
-    # Mixtral at batch 1 reads 12.9B active parameters (Mistral AI), not all 46.7B
+    # Mixtral at batch 1 reads its 12.9B active parameters (Mistral AI), not all 46.7B, less the
+    # 32,000 x 4,096 embedding table (0.13B) of which it reads one row
     x = ds.per_user_decode_ceiling("mixtral-8x7b", "h200")
-    assert math.isclose(x, 4.8e12 / (12.9e9 * 2), rel_tol=0.01)
+    assert math.isclose(x, 4.8e12 / ((12.9e9 - 32_000 * 4_096) * 2), rel_tol=0.01)
 
 
 def test_speculative_known_value():
@@ -131,12 +134,15 @@ def test_headline_scenarios():
 
 def test_workload_bytes_per_flop():
     m = model("llama-3.1-70b")
-    # batch 1, no context, BF16: 2 N_total bytes over 2 N_matmul FLOPs ~ 1 byte per FLOP
+    # batch 1, no context, BF16: 2 bytes for every parameter but the 128,256 x 8,192 embedding
+    # table (looked up: one row of 8,192 per token) over 2 N_matmul FLOPs ~ 1 byte per FLOP
+    streamed, row = m.params_total - 128_256 * 8_192, 8_192
     x = ds.decode_bytes_per_flop(m, 1, 0)
-    assert math.isclose(x, 2 * m.params_total / m.weight_flops_per_token(), rel_tol=1e-12)
-    assert 0.95 < x < 1.05
-    arr = ds.decode_bytes_per_flop(m, np.array([1, 2, 4]), 0)
-    assert np.allclose(arr, x / np.array([1, 2, 4]))
+    assert math.isclose(x, 2 * (streamed + row) / m.weight_flops_per_token(), rel_tol=1e-12)
+    assert 0.99 < x < 1.01
+    batch = np.array([1, 2, 4])
+    arr = ds.decode_bytes_per_flop(m, batch, 0)
+    assert np.allclose(arr, 2 * (streamed / batch + row) / m.weight_flops_per_token(), rtol=1e-12)
     # GQA: 64 query heads share 8 KV heads, so MHA would cache 8x the bytes
     assert ds.kv_bytes_per_token_mha(m) == 8 * m.kv_bytes_per_token()
     with pytest.raises(ValueError, match="batch"):

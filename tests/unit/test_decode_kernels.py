@@ -2,16 +2,15 @@
 and parameter counts, hand counts of bytes, bisection) and published configs."""
 
 import math
-import random
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lib import decode_kernels as dk
+from lib import roofline as rf
 from lib import widgets
 from lib.models import model
-from lib.widgets import Choice, FloatRange, IntRange
 
 DENSE = (
     "llama-3.1-8b",
@@ -63,6 +62,8 @@ def test_weight_bytes_are_the_parameters_minus_untouched_embedding_rows(key, bat
     tied = m.vocab_size * m.hidden_size if m.tie_word_embeddings else 0
     expected = 2.0 * (m.params_total - m.params_embedding + tied + rows * batch * m.hidden_size)
     assert math.isclose(sum(k.weight_bytes for k in table), expected, rel_tol=1e-12)
+    # and the kernel table agrees with lib.roofline's whole-step count
+    assert math.isclose(expected, rf.weight_bytes_read_per_step(m, batch), rel_tol=1e-12)
 
 
 def test_bytes_by_hand_for_llama_3_1_8b():
@@ -246,34 +247,8 @@ def test_crossover_unreachable_raises():
         dk.gemm_attention_crossover_batch(4, 4, 100.0)
 
 
-def _fuzz(name, n=60, seed=0):
-    exp = widgets.registry()[name]
-    rng = random.Random(seed)
-    for _ in range(n):
-        kw = {}
-        for arg, dom in exp.domains.items():
-            if isinstance(dom, Choice):
-                kw[arg] = rng.choice(dom.options)
-            elif isinstance(dom, IntRange):
-                kw[arg] = rng.choice(
-                    [
-                        dom.low,
-                        dom.high,
-                        rng.randint(dom.low, dom.high),
-                        min(dom.high, 2 ** rng.randint(0, 4)),
-                    ]
-                )
-            elif isinstance(dom, FloatRange):
-                kw[arg] = rng.uniform(dom.low, dom.high)
-        try:
-            view = exp.func(**kw)
-        except ValueError:
-            continue
-        assert view.rows and all(isinstance(v, str) for _, v in view.rows)
-
-
-def test_kernel_ranking_explorer_returns_a_view_or_a_value_error():
-    _fuzz("roofline.kernel_ranking")
+def test_kernel_ranking_explorer_returns_a_view_or_a_value_error(fuzz_explorer):
+    fuzz_explorer("roofline.kernel_ranking", n=60)
     view = widgets.render(
         "roofline.kernel_ranking",
         model="llama-3.1-70b",

@@ -1,6 +1,6 @@
 """lib.kv_tiering: fetch against recompute per tier, the break-even ratio, and SSD wear-out.
 
-Expected values are worked by hand from the datasheet figures in data/kv_tiers.yaml and
+Expected values are worked by hand from the datasheet figures in data/storage_tiers.yaml and
 data/hardware.yaml (H100 SXM dense BF16 989 TFLOP/s), or checked by a second method (bisection,
 brute-force comparison)."""
 
@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lib import kv_tiering as kt
+from lib import kvcache_prefix as kp
 from lib.models import model
 
 H100_BF16 = 989e12  # NVIDIA H100 SXM datasheet, dense BF16 (data/hardware.yaml)
@@ -223,3 +224,37 @@ def test_write_rate_scales_and_validates():
     with pytest.raises(ValueError, match="prefill_share"):
         kt.kv_write_rate("llama-3.1-70b", "h100-sxm", 8192, 8, prefill_share=0)
     assert kt.drive_writes_per_day(3.84e12 / 86400, 3.84e12) == pytest.approx(1.0)
+
+
+def test_node_and_per_gpu_tiers_share_one_value_per_fact():
+    # data/storage_tiers.yaml holds each fetch latency, the SSD read rate and its efficiency once:
+    # the node of lib.kv_tiering and the per-GPU tiers of lib.kvcache_prefix read the same entries.
+    n = kt.default_node()
+    nvme, host = kp.storage_tier("local_nvme", "h100-sxm"), kp.storage_tier("host_dram", "h100-sxm")
+    assert n.ssd_latency_s == nvme.latency_s == pytest.approx(500e-6)
+    assert n.dram_latency_s == host.latency_s == pytest.approx(20e-6)
+    assert n.ssd_read_bandwidth * n.ssd_read_efficiency == pytest.approx(nvme.bandwidth, rel=1e-12)
+    # the measured 55 GB/s H2D and the host tier's efficiency are one measurement (55 / 63)
+    assert n.pcie_h2d_bandwidth == pytest.approx(host.bandwidth, rel=1e-3)
+    assert kt.facts()["host"]["nvlink_c2c_gbps_per_direction"] * 1e9 == kp.storage_tier("host_dram", "gb200").peak_bandwidth
+
+
+@given(st.sampled_from(["llama-3.1-70b", "llama-3.1-8b", "llama-2-7b", "deepseek-v3"]),
+       st.sampled_from([1, 2, 4, 8]), st.integers(1, 200_000))
+def test_replica_view_is_lib_kvcache_prefix_per_gpu(key, n, p):
+    # W* of the replica (unique bytes) = the per-GPU W* of lib.kvcache_prefix / the share each
+    # GPU holds; with TP <= KV heads that is n x the per-GPU figure.
+    from lib.roofline import kv_shard_fraction
+
+    m = model(key)
+    per_gpu = kp.breakeven_bandwidth_closed_form(m, "h100-sxm", p, tp=n, mfu=0.6)
+    w = kt.breakeven_bandwidth(m, "h100-sxm", p, n)
+    assert w == pytest.approx(per_gpu / kv_shard_fraction(m, n), rel=1e-12)
+    assert w == pytest.approx(kt.compute_rate("h100-sxm", n) / kt.recompute_intensity(m, p), rel=1e-12)
+    if not m.is_mla and n <= m.num_kv_heads:
+        assert w == pytest.approx(n * per_gpu, rel=1e-12)
+    # and the break-even prefix of the replica is the per-GPU one at each GPU's share of W
+    bw, lat = 50e9, 100e-6
+    assert kt.breakeven_prefix_tokens(m, "h100-sxm", bw, lat, n) == pytest.approx(
+        kp.breakeven_prefix_tokens_closed_form(m, "h100-sxm", bw * kv_shard_fraction(m, n), latency_s=lat,
+                                               tp=n, mfu=0.6), rel=1e-12)

@@ -85,7 +85,8 @@ def test_storage_tiers_read_links_from_hardware_yaml():
     assert kp.storage_tier("host_dram", "gb200").peak_bandwidth == 450e9  # NVLink-C2C to Grace
     assert kp.storage_tier("nvlink_peer", H100).peak_bandwidth == h100.scaleup_bandwidth == 450e9
     assert kp.storage_tier("rdma_remote", H100).peak_bandwidth == 50e9  # 400 Gb/s NIC
-    assert kp.storage_tier("local_nvme", H100).bandwidth == 13e9
+    # PM1743 13 GB/s datasheet sequential read x 0.7 achieved (data/storage_tiers.yaml)
+    assert kp.storage_tier("local_nvme", H100).bandwidth == pytest.approx(13e9 * 0.7, rel=1e-12)
     assert kp.storage_tier("network_storage", H100).latency_s == 2e-3
     assert [t.key for t in kp.available_tiers("l4")] == [
         "host_dram",
@@ -101,7 +102,7 @@ def test_storage_tiers_read_links_from_hardware_yaml():
 def test_fetch_time_by_hand():
     tier = kp.storage_tier("host_dram", H100)
     # TP8: each GPU holds 1 of 8 KV heads and fetches 8192 x 327,680 / 8 bytes over its own link.
-    expected = 10e-6 + 8192 * KV70 / 8 / (63e9 * 0.873)
+    expected = 20e-6 + 8192 * KV70 / 8 / (63e9 * 0.873)  # 20 us fixed cost (data/storage_tiers.yaml)
     assert math.isclose(kp.fetch_time_s(M70, 8192, tier, tp=8), expected, rel_tol=1e-12)
     # MLA's single latent is replicated on every rank: TP does not shrink the bytes per GPU.
     ds = models.model("deepseek-v3")
@@ -129,9 +130,11 @@ def test_recompute_time_is_the_prefill_floor_and_rides_free_in_a_memory_bound_pa
     assert kp.recompute_time_s(m, g, 100, suffix_len=64, tp=8, mfu=0.6) == pytest.approx(
         0, abs=1e-5
     )
-    # alone, a short prefix costs the weight read: weights / tp / HBM bandwidth (KV is small)
+    # alone, a short prefix costs the weight read: weights / tp / HBM bandwidth (KV is small),
+    # the weights being every parameter but the embedding table (16 of its rows are read)
     alone = kp.recompute_time_s(m, g, 16, tp=8, mfu=0.6)
-    assert alone == pytest.approx(m.weight_bytes() / 8 / g.memory_bandwidth, rel=0.01)
+    streamed = (m.params_total - m.vocab_size * m.hidden_size) * 2
+    assert alone == pytest.approx(streamed / 8 / g.memory_bandwidth, rel=0.01)
 
 
 @pytest.mark.parametrize("name", ["llama-3.1-70b", "llama-2-7b", "deepseek-v3", "qwen2.5-72b"])

@@ -20,12 +20,16 @@ def test_databricks_worked_example():
 
 
 def test_step_bytes_dense_and_moe():
+    # every parameter but the 128,256 x 8,192 embedding table, of which the step reads one row
     b = mbu.step_bytes("llama-3.1-70b", 1, 0)
-    assert b.weights == b.weights_all_experts == model("llama-3.1-70b").params_total * 2
-    # MoE at batch 1 reads the active parameters only (lib.models counts them independently)
+    assert b.weights == b.weights_all_experts
+    assert b.weights == (model("llama-3.1-70b").params_total - 128_256 * 8_192 + 8_192) * 2
+    # MoE at batch 1 reads the active parameters only (lib.models counts them independently),
+    # again less the 129,280 x 7,168 embedding table but one row
     one = mbu.step_bytes("deepseek-v3", 1, 0, weight_dtype="fp8")
-    assert math.isclose(one.weights, model("deepseek-v3").params_active, rel_tol=1e-9)
-    assert one.weights_all_experts == model("deepseek-v3").params_total
+    table = 129_280 * 7_168
+    assert math.isclose(one.weights, model("deepseek-v3").params_active - table + 7_168, rel_tol=1e-9)
+    assert one.weights_all_experts == model("deepseek-v3").params_total - table + 7_168
     kv = mbu.step_bytes("llama-3.1-70b", 4, 1000).kv
     assert kv == 4 * 1000 * 80 * 2 * 8 * 128 * 2  # layers x K,V x KV heads x head_dim x 2 B
 

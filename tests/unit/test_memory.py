@@ -231,6 +231,72 @@ def test_budget_arithmetic_and_views():
     assert mem.memory_budget("deepseek-v3", "h200", 8, "fp8").block_size == 64
 
 
+def test_kv_capacity_by_hand():
+    # 70B TP8 on H100 SXM (80 GB datasheet): (80 GB - 141.1 GB / 8) / (327,680 B / 8 per token),
+    # weights = 70,553,706,496 params x 2 B (HF config), KV 2 x 80 x 8 x 128 x 2 B per token.
+    free = 80e9 - 70_553_706_496 * 2 / 8
+    assert mem.kv_free_bytes_per_gpu(L70, "h100-sxm", 8) == pytest.approx(free, rel=1e-12)
+    assert mem.kv_capacity_tokens(L70, "h100-sxm", 8) == pytest.approx(free / (327_680 / 8), rel=1e-12)
+    # vLLM's 0.9 utilization, 4,096-token sequences: floor((72 GB - 17.6 GB) / 167.8 MB) = 324
+    assert mem.kv_capacity_sequences(L70, "h100-sxm", 4096, 8, memory_utilization=0.9) == 324
+    # a reserve comes off the same budget, byte for byte
+    assert mem.kv_capacity_tokens(L70, "h100-sxm", 8, reserve_bytes=1e9) == pytest.approx(
+        (free - 1e9) / (327_680 / 8), rel=1e-12)
+    # the weights alone do not fit on one card: 0 tokens, or an error when a batch is asked for
+    assert mem.kv_capacity_tokens(L70, "h100-sxm", 1) == 0.0
+    with pytest.raises(ValueError, match="raise tp or quantize"):
+        mem.kv_capacity_tokens(L70, "h100-sxm", 1, raise_if_full=True)
+    with pytest.raises(ValueError, match="weights"):
+        mem.kv_capacity_sequences(L70, "h100-sxm", 4096, 1)
+    with pytest.raises(ValueError, match="context"):
+        mem.kv_capacity_sequences(L70, "h100-sxm", 0, 8)
+    with pytest.raises(ValueError, match="memory_utilization"):
+        mem.kv_capacity_tokens(L70, "h100-sxm", 8, memory_utilization=1.5)
+
+
+@given(
+    st.sampled_from(["llama-3.1-8b", L70, "qwen2.5-72b", "deepseek-v3", "mixtral-8x7b"]),
+    st.sampled_from(["h100-sxm", "h200", "b200", "mi300x"]),
+    st.sampled_from([1, 2, 4, 8, 16]),
+    st.integers(1, 200_000),
+    st.floats(0.5, 1.0),
+)
+def test_capacity_helpers_are_one_formula(key, chip, tp, context, util):
+    # The batch ceilings of lib.prefill and lib.throughput are lib.memory's; sequences are whole
+    # multiples of the token capacity; and a budget that fits B sequences does not fit B + 1.
+    from lib import throughput as tput
+    from lib.roofline import fits_in_memory
+
+    m = models.model(key)
+    if m.num_attention_heads % tp:
+        return
+    free = mem.kv_free_bytes_per_gpu(m, chip, tp, "bf16", util)
+    if free < 0:
+        with pytest.raises(ValueError, match="weights"):
+            tput.kv_batch_ceiling(m, chip, context, tp, memory_utilization=util)
+        assert mem.kv_capacity_tokens(m, chip, tp, memory_utilization=util) == 0.0
+        return
+    b = mem.kv_capacity_sequences(m, chip, context, tp, memory_utilization=util)
+    assert b == prefill.kv_capacity_sequences(m, chip, context, tp, memory_utilization=util)
+    assert b == tput.kv_batch_ceiling(m, chip, context, tp, memory_utilization=util)
+    tokens = mem.kv_capacity_tokens(m, chip, tp, memory_utilization=util)
+    assert b <= tokens / context * (1 + 1e-12) and b + 1 > tokens / context * (1 - 1e-12)
+    if util == 1.0:
+        per_seq = context * m.kv_bytes_per_token()
+        assert fits_in_memory(m, chip, tp, kv_bytes_total=b * per_seq)[0]
+
+
+def test_budget_is_the_capacity_formula_on_visible_memory():
+    # MemoryBudget's KV pool is kv_free_bytes_per_gpu with M = driver-visible memory and the
+    # engine's other subtracted components as the reserve.
+    b = mem.memory_budget(L70, "h100-sxm", 8)
+    reserve = b.subtracted_bytes - b.components["weights"]
+    free = mem.kv_free_bytes_per_gpu(L70, "h100-sxm", 8, "bf16", b.gpu_memory_utilization, reserve,
+                                     memory_bytes=b.visible_bytes)
+    assert free == pytest.approx(b.kv_cache_bytes, rel=1e-12)
+    assert mem.naive_kv_bytes(L70, "h100-sxm", 8) == mem.kv_free_bytes_per_gpu(L70, "h100-sxm", 8)
+
+
 def test_max_sequences_against_brute_force_allocation():
     # Second method: fill lib.kvcache.BlockAllocator with sequences until it runs out.
     b = mem.memory_budget("llama-3.1-8b", "l4", 1, max_num_seqs=10_000)

@@ -124,3 +124,24 @@ def test_bad_inputs_raise_valueerror():
         model("llama-3.1-8b").attention_flops_per_token(-1)
     with pytest.raises(ValueError, match="dtype"):
         model("llama-3.1-8b").kv_bytes_per_token("fp12")
+
+
+COUNTS = ("params_embedding", "params_lm_head", "params_total", "params_active",
+          "params_non_embedding", "params_norm", "matmul_params_active")
+
+
+@pytest.mark.parametrize("key", model_names())
+def test_parameter_counts_are_cached_and_unchanged(key):
+    # Cached once per Model: the second read is the stored int, equal to a fresh count from
+    # the per-layer methods (the uncached formula), and a changed copy recounts.
+    from dataclasses import replace
+
+    m = model(key)
+    for name in COUNTS:
+        first = getattr(m, name)
+        assert name in vars(m) and getattr(m, name) is first and isinstance(first, int)
+    fresh = sum(m._layer_params(i, False) for i in range(m.num_layers))
+    assert m.params_total == m.params_embedding + fresh + m._norm_params() + m.params_lm_head
+    smaller = replace(m, num_layers=m.num_layers - 1)
+    assert m.params_total - smaller.params_total == m._layer_params(m.num_layers - 1, False)
+    assert smaller == replace(m, num_layers=m.num_layers - 1)  # equality ignores the cache
