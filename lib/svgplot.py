@@ -1018,17 +1018,22 @@ def _inside(t: float, lo: float, hi: float) -> bool:
     return a - slack <= t <= b + slack
 
 
+def _tick_pairs(axis: _Axis, shown: list[float], lo: float, hi: float) -> list[tuple[float, str]]:
+    """(tick, label) for the ticks inside [lo, hi]; fixed ticks keep their own labels even when some
+    of them fall outside the limits."""
+    if axis.ticks is None:
+        return [(t, tick_label(t, shown, axis.scale == "log", axis.base)) for t in shown]
+    labels = axis.ticklabels if axis.ticklabels is not None else \
+        [tick_label(t, shown, axis.scale == "log", axis.base) for t in axis.ticks]
+    return [(t, lab) for t, lab in zip(axis.ticks, labels, strict=False) if _inside(t, lo, hi)]
+
+
 def _draw_frame(ax: Axes, m: _Map, xt: list[float], yt: list[float], ext: list) -> str:
     x0, y0, w, h = m.x0, m.y0, m.w, m.h
     out = [f'<rect x="{_num(x0)}" y="{_num(y0)}" width="{_num(w)}" height="{_num(h)}" fill="none" '
            f'stroke="black" stroke-width="0.8"/>']
     xa, ya = ax.xaxis, ax.yaxis
-    xlabels = xa.ticklabels if xa.ticklabels is not None else [tick_label(t, xt, xa.scale == "log", xa.base) for t in xt]
-    all_x = xa.ticks if xa.ticks is not None else xt
-    if xa.ticks is not None:  # fixed ticks keep their labels even if some fall outside the limits
-        pairs = [(t, lab) for t, lab in zip(all_x, xlabels, strict=False) if _inside(t, m.xlo, m.xhi)]
-    else:
-        pairs = list(zip(xt, xlabels, strict=True))
+    pairs = _tick_pairs(xa, xt, m.xlo, m.xhi)
     below = 0.0
     for t, lab in pairs:
         px = m.px(t)
@@ -1040,12 +1045,7 @@ def _draw_frame(ax: Axes, m: _Map, xt: list[float], yt: list[float], ext: list) 
         else:
             out.append(_text_svg(px, y0 + h + 5, lab, xa.tick_size, "center", "top", ext=ext))
             below = max(below, 1.2 * xa.tick_size * (lab.count("\n") + 1))
-    ylabels = ya.ticklabels if ya.ticklabels is not None else [tick_label(t, yt, ya.scale == "log", ya.base) for t in yt]
-    all_y = ya.ticks if ya.ticks is not None else yt
-    if ya.ticks is not None:
-        ypairs = [(t, lab) for t, lab in zip(all_y, ylabels, strict=False) if _inside(t, m.ylo, m.yhi)]
-    else:
-        ypairs = list(zip(yt, ylabels, strict=True))
+    ypairs = _tick_pairs(ya, yt, m.ylo, m.yhi)
     left = 0.0
     for t, lab in ypairs:
         py = m.py(t)
