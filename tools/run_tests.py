@@ -6,12 +6,16 @@
 4. the book build with warnings as errors, from stored outputs
 5. book tests: structure of every notebook, _toc.yml vs files, offline HTML, other parameters
 6. browser tests: the built book and JupyterLab in Debian's Chromium (Playwright)
+
+Each step has a wall-clock limit (several times what it takes on a 2-core machine): a step that
+hangs is killed with everything it started, reported as timed out, and the next step still runs.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -21,18 +25,31 @@ from tools.notebooks import ROOT
 PY = sys.executable
 
 
-def steps() -> list[tuple[str, list[str]]]:
+def steps() -> list[tuple[str, list[str], int]]:
+    """(name, command, limit in seconds) for each step, in order."""
     pytest = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     return [
-        ("lint", [PY, "-m", "ruff", "check", "lib", "tools", "tests", "chapters", "_ext"]),
-        ("lib tests", pytest + ["tests/unit"]),
+        ("lint", [PY, "-m", "ruff", "check", "lib", "tools", "tests", "chapters", "_ext"], 120),
+        ("lib tests", pytest + ["tests/unit"], 900),
         ("nbval (strict)", pytest + ["--nbval", "chapters", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
-                                     "-n", "2", "--dist", "loadfile"]),
+                                     "--nbval-cell-timeout", "240", "-n", "2", "--dist", "loadfile"], 900),
         ("book build", [str(ROOT / ".venv" / "bin" / "jupyter-book"), "build", ".", "-W", "-n",
-                        "--keep-going", "--quiet"]),
-        ("book tests", pytest + ["tests/book", "-n", "2"]),
-        ("browser tests", pytest + ["tests/browser"]),
+                        "--keep-going", "--quiet"], 900),
+        ("book tests", pytest + ["tests/book", "-n", "2"], 900),
+        ("browser tests", pytest + ["tests/browser"], 900),
     ]
+
+
+def run_step(cmd: list[str], env: dict, limit_s: int) -> int:
+    """Run ``cmd`` in its own process group; past ``limit_s`` kill the whole group and return 124."""
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        print(f"\n!!! timed out after {limit_s} s: killing the step and everything it started", flush=True)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return 124
 
 
 def main() -> int:
@@ -41,14 +58,15 @@ def main() -> int:
     shutil.rmtree(ROOT / "_build" / "html", ignore_errors=True)
     shutil.rmtree(ROOT / "_build" / ".doctrees", ignore_errors=True)
     results = []
-    for name, cmd in steps():
+    for name, cmd, limit_s in steps():
         print(f"\n=== {name}: {' '.join(cmd[2:] if cmd[0] == PY else cmd)}", flush=True)
         start = time.perf_counter()
-        code = subprocess.call(cmd, env=env)
+        code = run_step(cmd, env, limit_s)
         results.append((name, code, time.perf_counter() - start))
     print("\n=== summary")
     for name, code, seconds in results:
-        print(f"  {'ok  ' if code == 0 else 'FAIL'}  {name:<16} {seconds:6.1f} s")
+        status = "ok  " if code == 0 else "TIME" if code == 124 else "FAIL"
+        print(f"  {status}  {name:<16} {seconds:6.1f} s")
     failed = [n for n, c, _ in results if c != 0]
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0

@@ -26,6 +26,23 @@ def _value(text: str):
         return text
 
 
+KERNEL_START_S = 120  # a kernel that has not answered by then is not coming
+CELL_TIMEOUT_S = 240  # the slowest cell of any notebook takes a few seconds; this only stops hangs
+
+
+def render(src: Path, out: Path, params: dict) -> None:
+    """Execute ``src`` with ``params`` injected (papermill) into ``out``, in ``src``'s folder.
+
+    Raises papermill.PapermillExecutionError when a cell fails, nbclient's CellTimeoutError when a
+    cell hangs, and RuntimeError when the kernel does not start or dies.
+    """
+    import papermill
+
+    papermill.execute_notebook(str(src), str(out), parameters=params, kernel_name=KERNEL,
+                               cwd=str(src.parent), progress_bar=False, log_output=False,
+                               start_timeout=KERNEL_START_S, execution_timeout=CELL_TIMEOUT_S)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="./book variant", description=__doc__.split("\n")[0])
     ap.add_argument("notebook", help="path or slug")
@@ -40,8 +57,7 @@ def main(argv: list[str]) -> int:
     out = Path(args.output) if args.output else ROOT / "variants" / f"{src.stem}--{re.sub(r'[^A-Za-z0-9=._-]', '_', tag)}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        papermill.execute_notebook(str(src), str(out), parameters=params, kernel_name=KERNEL,
-                                   cwd=str(src.parent), progress_bar=False)
+        render(src, out, params)
     except papermill.PapermillExecutionError as err:
         print(f"the notebook failed with {params}: {err.ename}: {err.evalue}\n(partial output in {out})")
         return 1
