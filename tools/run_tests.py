@@ -30,13 +30,13 @@ def steps() -> list[tuple[str, list[str], int]]:
     pytest = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     return [
         ("lint", [PY, "-m", "ruff", "check", "lib", "tools", "tests", "chapters", "_ext"], 120),
-        ("lib tests", pytest + ["tests/unit"], 900),
+        ("lib tests", pytest + ["tests/unit", "--durations=5"], 900),
         ("nbval (strict)", pytest + ["--nbval", "chapters", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
-                                     "--nbval-cell-timeout", "240", "-n", "2", "--dist", "loadfile"], 900),
+                                     "--nbval-cell-timeout", "240", "-n", "2", "--dist", "loadfile", "--durations=5"], 900),
         ("book build", [str(ROOT / ".venv" / "bin" / "jupyter-book"), "build", ".", "-W", "-n",
                         "--keep-going", "--quiet"], 900),
-        ("book tests", pytest + ["tests/book", "-n", "2"], 900),
-        ("browser tests", pytest + ["tests/browser"], 900),
+        ("book tests", pytest + ["tests/book", "-n", "2", "--durations=5"], 900),
+        ("browser tests", pytest + ["tests/browser", "--durations=5"], 900),
     ]
 
 
