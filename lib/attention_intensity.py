@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
+from lib.inputs import integer
 from lib.models import Model, model
 from lib.roofline import RooflineTime, roofline_time
 
@@ -57,12 +58,6 @@ class AttentionGeometry:
         return self.kv_units * self.cache_elements_per_unit
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def attention_geometry(mdl: str | Model, tp: int = 1, absorbed: bool = True) -> AttentionGeometry:
     """The decode-attention layout of ``mdl`` on one of ``tp`` tensor-parallel GPUs.
 
@@ -71,7 +66,7 @@ def attention_geometry(mdl: str | Model, tp: int = 1, absorbed: bool = True) -> 
     every GPU. ``absorbed`` only matters for MLA models.
     """
     m = model(mdl)
-    _positive_int("tp", tp)
+    tp = integer("tp", tp, 1)
     h = m.num_attention_heads
     if h % tp:
         raise ValueError(f"tp={tp} must divide the {h} attention heads of {m.key}")
@@ -116,10 +111,9 @@ def decode_attention_flops_bytes(
     (each sequence reads its own KV once; queries read and outputs written once).
     """
     m = model(mdl)
-    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
-        raise ValueError(f"context must be an integer >= 0 tokens, got {context!r}")
-    _positive_int("batch", batch)
-    _positive_int("query_tokens", query_tokens)
+    context = integer("context", context, 0, unit="tokens")
+    batch = integer("batch", batch, 1)
+    query_tokens = integer("query_tokens", query_tokens, 1)
     geo = attention_geometry(m, tp, absorbed)
     b_kv, b_act = bytes_per_element(kv_dtype), bytes_per_element(act_dtype)
     per_seq_layer_flops = geo.query_heads * query_tokens * context * 2.0 * (geo.d_qk + geo.d_v)
@@ -148,7 +142,7 @@ def decode_attention_intensity(
     An integer context gives the exact ratio including the query/output traffic.
     """
     if context is None:
-        _positive_int("query_tokens", query_tokens)
+        query_tokens = integer("query_tokens", query_tokens, 1)
         geo = attention_geometry(mdl, tp, absorbed)
         b_kv = bytes_per_element(kv_dtype)
         bytes_per_element(act_dtype)  # validate

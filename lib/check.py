@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from lib.inputs import real
 from lib.units import sig
 
 
@@ -28,7 +29,7 @@ def self_check(estimate: float | None, answer: float, unit: str = "", rel_tol: f
     """
     if not rel_tol > 0:
         raise ValueError(f"rel_tol must be > 0, got {rel_tol}")
-    if not (isinstance(answer, int | float) and math.isfinite(answer) and answer != 0):
+    if real("answer", answer) == 0:
         raise ValueError(f"answer must be a finite non-zero number, got {answer!r}")
     if estimate is None:
         return Verdict(None, f"Type your estimate (in {unit or 'the asked unit'}) into the variable above and re-run this cell.")

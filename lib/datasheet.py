@@ -25,6 +25,7 @@ import numpy as np
 from lib._data import load_yaml
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
+from lib.inputs import fraction, integer, real
 from lib.models import Model, model
 from lib.roofline import (
     kv_shard_fraction,
@@ -36,18 +37,6 @@ from lib.roofline import (
 from lib.throughput import DEFAULT_MEMORY_UTILIZATION, decode_step_line, kv_batch_ceiling
 
 GENERATIONS = ("a100-sxm", "h100-sxm", "h200", "b200")
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
-def _nonneg_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    return int(value)
 
 
 # ---- generation ratios ---------------------------------------------------------------------
@@ -82,8 +71,7 @@ def gpus_to_fit(
     weights / n <= memory x utilization. Raises ValueError when none up to ``max_gpus`` does.
     """
     m, g = model(mdl), gpu(chip)
-    if not 0 < memory_utilization <= 1:
-        raise ValueError(f"memory_utilization must be in (0, 1], got {memory_utilization}")
+    fraction("memory_utilization", memory_utilization, allow_zero=False)
     n = 1
     while n <= max_gpus:
         if (
@@ -108,8 +96,8 @@ def gpus_for_batch(
     """Smallest power-of-two GPU count whose memory holds the weights plus ``batch`` sequences of
     ``context`` tokens of KV (kv_batch_ceiling >= batch). Raises ValueError if none up to ``max_gpus``."""
     m, g = model(mdl), gpu(chip)
-    b = _positive_int("batch", batch)
-    _positive_int("context", context)
+    b = integer("batch", batch, 1)
+    context = integer("context", context, 1)
     n = 1
     while n <= max_gpus:
         if m.num_attention_heads % n == 0:
@@ -162,9 +150,9 @@ def regime_row(
     capacity: B_max = KV ceiling at ``context``, tokens/s = B_max / t(B_max) (0 if B_max = 0).
     """
     m, g = model(mdl), gpu(chip)
-    n = _positive_int("n_gpus", n_gpus)
-    ctx = _positive_int("context", context)
-    p = _positive_int("prompt_len", prompt_len)
+    n = integer("n_gpus", n_gpus, 1)
+    ctx = integer("context", context, 1)
+    p = integer("prompt_len", prompt_len, 1)
     line = decode_step_line(m, g, ctx, n, weight_dtype, kv_dtype, compute_dtype)
     b_max = kv_batch_ceiling(m, g, ctx, n, weight_dtype, kv_dtype, memory_utilization)
     pre = prefill(m, g, p, tp=n, batch=1, weight_dtype=weight_dtype, compute_dtype=compute_dtype,
@@ -211,12 +199,9 @@ def per_user_decode_ceiling(
     communication, kernel overheads and the draft's cost (see :func:`speculative_speedup`).
     """
     m, g = model(mdl), gpu(chip)
-    n = _positive_int("n_gpus", n_gpus)
-    ctx = _nonneg_int("context", context)
-    if not (math.isfinite(tokens_per_weight_read) and tokens_per_weight_read >= 1):
-        raise ValueError(
-            f"tokens_per_weight_read must be a finite number >= 1, got {tokens_per_weight_read}"
-        )
+    n = integer("n_gpus", n_gpus, 1)
+    ctx = integer("context", context, 0)
+    real("tokens_per_weight_read", tokens_per_weight_read, 1)
     weights = weight_bytes_read_per_step(m, 1, weight_dtype)  # MoE: only the routed top-k are read
     per_gpu_bytes = weights / n + ctx * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, n)
     return tokens_per_weight_read * g.memory_bandwidth / per_gpu_bytes
@@ -228,9 +213,8 @@ def speculative_tokens_per_step(acceptance: float, draft_tokens: int) -> float:
     Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding"
     (ICML 2023), eq. 1, assuming i.i.d. acceptances. a = 1 gives g + 1; a = 0 gives 1.
     """
-    g = _nonneg_int("draft_tokens", draft_tokens)
-    if not (math.isfinite(acceptance) and 0 <= acceptance <= 1):
-        raise ValueError(f"acceptance must be in [0, 1], got {acceptance}")
+    g = integer("draft_tokens", draft_tokens, 0)
+    fraction("acceptance", acceptance)
     if acceptance == 1:
         return float(g + 1)
     return (1 - acceptance ** (g + 1)) / (1 - acceptance)
@@ -243,9 +227,8 @@ def speculative_speedup(acceptance: float, draft_tokens: int, draft_cost: float)
     Theorem 3.8); verify cost taken as one target step (memory-bound: true while g + 1 tokens
     are far below the ridge).
     """
-    if not (math.isfinite(draft_cost) and draft_cost >= 0):
-        raise ValueError(f"draft_cost must be a finite number >= 0, got {draft_cost}")
-    g = _nonneg_int("draft_tokens", draft_tokens)
+    real("draft_cost", draft_cost, 0)
+    g = integer("draft_tokens", draft_tokens, 0)
     return speculative_tokens_per_step(acceptance, g) / (1 + g * draft_cost)
 
 
@@ -253,8 +236,7 @@ def acceptance_needed(target_speedup: float, draft_tokens: int, draft_cost: floa
     """Smallest acceptance rate a whose :func:`speculative_speedup` reaches ``target_speedup``
     (bisection; the speedup rises monotonically with a). math.inf when even a = 1 falls short;
     0 when no speculation is needed (target <= speedup at a = 0)."""
-    if not (math.isfinite(target_speedup) and target_speedup > 0):
-        raise ValueError(f"target_speedup must be a finite number > 0, got {target_speedup}")
+    real("target_speedup", target_speedup, 0, low_open=True)
     if speculative_speedup(1.0, draft_tokens, draft_cost) < target_speedup:
         return math.inf
     if speculative_speedup(0.0, draft_tokens, draft_cost) >= target_speedup:
@@ -275,10 +257,9 @@ def simulate_speculative_tokens_per_step(
 ) -> np.ndarray:
     """Monte Carlo of the tokens each verify step emits: accepted drafts until the first
     rejection (at most g), plus the one token the target always contributes."""
-    g = _nonneg_int("draft_tokens", draft_tokens)
-    s = _positive_int("steps", steps)
-    if not (math.isfinite(acceptance) and 0 <= acceptance <= 1):
-        raise ValueError(f"acceptance must be in [0, 1], got {acceptance}")
+    g = integer("draft_tokens", draft_tokens, 0)
+    s = integer("steps", steps, 1)
+    fraction("acceptance", acceptance)
     rng = np.random.default_rng(seed)
     if g == 0:
         return np.ones(s)
@@ -298,15 +279,12 @@ def batch_for_aggregate(
 ) -> float:
     """Smallest batch whose AGGREGATE tokens/s reaches the claim: B / (t0 + B c) = X
     => B = X t0 / (1 - X c). math.inf when the claim is above the ceiling 1 / c."""
-    if not (math.isfinite(claim_tokens_per_s) and claim_tokens_per_s > 0):
-        raise ValueError(
-            f"claim_tokens_per_s must be a finite number > 0, got {claim_tokens_per_s}"
-        )
+    real("claim_tokens_per_s", claim_tokens_per_s, 0, low_open=True)
     line = decode_step_line(
         mdl,
         chip,
-        _nonneg_int("context", context),
-        _positive_int("n_gpus", n_gpus),
+        integer("context", context, 0),
+        integer("n_gpus", n_gpus, 1),
         weight_dtype,
         kv_dtype,
     )
@@ -350,13 +328,10 @@ def headline_scenarios(
     KV is BF16 at ``context`` tokens throughout. Ceilings ignore overheads, so a claim above
     every ceiling is impossible under that reading; one below is merely not ruled out.
     """
-    if not (math.isfinite(claim_tokens_per_s) and claim_tokens_per_s > 0):
-        raise ValueError(
-            f"claim_tokens_per_s must be a finite number > 0, got {claim_tokens_per_s}"
-        )
+    real("claim_tokens_per_s", claim_tokens_per_s, 0, low_open=True)
     m, g = model(mdl), gpu(chip)
-    n = _positive_int("n_gpus", n_gpus)
-    ctx = _nonneg_int("context", context)
+    n = integer("n_gpus", n_gpus, 1)
+    ctx = integer("context", context, 0)
     spec = speculative_speedup(acceptance, draft_tokens, draft_cost)
 
     def fits(mm: Model, dtype: str, gpus: int) -> bool:
@@ -454,12 +429,13 @@ def decode_bytes_per_flop(
     b = np.asarray(batch, dtype=float)
     if b.size == 0 or np.any(b < 1) or not np.all(np.isfinite(b)) or np.any(b != np.floor(b)):
         raise ValueError(f"batch must be an integer >= 1 (or an array of them), got {batch!r}")
-    ctx = _nonneg_int("context", context)
-    if not (math.isfinite(tokens_per_weight_read) and tokens_per_weight_read >= 1):
-        raise ValueError(f"tokens_per_weight_read must be >= 1, got {tokens_per_weight_read}")
-    kv = m.kv_bytes_per_token(kv_dtype) if kv_bytes_per_token is None else float(kv_bytes_per_token)
-    if not (math.isfinite(kv) and kv >= 0):
-        raise ValueError(f"kv_bytes_per_token must be a finite number >= 0, got {kv}")
+    ctx = integer("context", context, 0)
+    real("tokens_per_weight_read", tokens_per_weight_read, 1)
+    kv = (
+        m.kv_bytes_per_token(kv_dtype)
+        if kv_bytes_per_token is None
+        else real("kv_bytes_per_token", kv_bytes_per_token, 0)
+    )
     row = lookup_bytes_read(m, 1, weight_dtype)
     per_token_bytes = weight_bytes_streamed(m, weight_dtype) / (b * tokens_per_weight_read) + row + ctx * kv
     out = per_token_bytes / m.flops_per_token(ctx)
@@ -472,14 +448,13 @@ def _packaging() -> dict:
 
 def hbm_stack_bandwidth(pin_rate_gbps: float, bus_bits: int | None = None) -> float:
     """Bytes/s of one HBM stack: bus width (1024 bits) x per-pin rate / 8."""
-    if not (math.isfinite(pin_rate_gbps) and pin_rate_gbps > 0):
-        raise ValueError(f"pin_rate_gbps must be a finite number > 0, got {pin_rate_gbps}")
+    real("pin_rate_gbps", pin_rate_gbps, 0, low_open=True)
     bits = (
         bus_bits
         if bus_bits is not None
         else _packaging()["hbm"]["bus_width_bits_per_stack"]["value"]
     )
-    return _positive_int("bus_bits", bits) * pin_rate_gbps * 1e9 / 8
+    return integer("bus_bits", bits, 1) * pin_rate_gbps * 1e9 / 8
 
 
 def implied_pin_rate_gbps(chip: str | GPU) -> float:
@@ -497,9 +472,8 @@ def implied_pin_rate_gbps(chip: str | GPU) -> float:
 def stacks_on_shoreline(edge_mm: float, stack_mm: float, edges: int) -> int:
     """HBM stacks that fit along a die: edges x floor(edge length / stack footprint)."""
     for name, v in (("edge_mm", edge_mm), ("stack_mm", stack_mm)):
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be a finite number > 0, got {v}")
-    return _nonneg_int("edges", edges) * int(edge_mm // stack_mm)
+        real(name, v, 0, low_open=True)
+    return integer("edges", edges, 0) * int(edge_mm // stack_mm)
 
 
 def shoreline_bandwidth_per_die(pin_rate_gbps: float) -> float:

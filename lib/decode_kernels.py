@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
+from lib.inputs import integer
 from lib.models import Model, model
 from lib.roofline import RooflineTime, roofline_time
 
@@ -106,8 +107,7 @@ def _check_model(m: Model) -> None:
 
 
 def _shard(m: Model, tp: int) -> _Shard:
-    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
-        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+    tp = integer("tp", tp, 1)
     if m.num_attention_heads % tp:
         raise ValueError(
             f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
@@ -129,13 +129,12 @@ def _shard(m: Model, tp: int) -> _Shard:
     )
 
 
-def _check_inputs(batch: int, context: int, fusion: str) -> None:
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-        raise ValueError(f"batch must be an integer >= 1 sequence, got {batch!r}")
-    if not isinstance(context, int) or isinstance(context, bool) or context < 1:
-        raise ValueError(f"context must be an integer >= 1 token (keys attended), got {context!r}")
+def _check_inputs(batch: int, context: int, fusion: str) -> tuple[int, int]:
+    batch = integer("batch", batch, 1, unit="sequences")
+    context = integer("context", context, 1, unit="tokens (keys attended)")
     if fusion not in FUSION_LEVELS:
         raise ValueError(f"fusion must be one of {FUSION_LEVELS}, got {fusion!r}")
+    return batch, context
 
 
 def gemm_shapes(mdl: str | Model, tp: int = 1) -> dict[str, tuple[float, float, float]]:
@@ -228,7 +227,7 @@ def decode_step_kernels(
     """
     m, g = model(mdl), gpu(chip)
     _check_model(m)
-    _check_inputs(batch, context, fusion)
+    batch, context = _check_inputs(batch, context, fusion)
     s = _shard(m, tp)
     b_w, b_kv, b_a = (bytes_per_element(x) for x in (weight_dtype, kv_dtype, act_dtype))
     g.peak_flops(compute_dtype)  # raises a clear ValueError if the chip lacks that unit
@@ -412,13 +411,13 @@ def attention_decode_intensity(
     materialized per-head K and V (d_qk = 192, d_v = 128).
     """
     m = model(mdl)
-    if not isinstance(context, int) or isinstance(context, bool) or context < 1:
-        raise ValueError(f"context must be an integer >= 1 token, got {context!r}")
+    context = integer("context", context, 1, unit="tokens")
     b_kv, b_a = bytes_per_element(kv_dtype), bytes_per_element(act_dtype)
     if m.is_mla:
-        if not isinstance(tp, int) or tp < 1 or m.num_attention_heads % tp:
+        tp = integer("tp", tp, 1)
+        if m.num_attention_heads % tp:
             raise ValueError(
-                f"tp must be a positive integer dividing {m.num_attention_heads} heads, got {tp!r}"
+                f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
             )
         h = m.num_attention_heads / tp
         r, rr = m.kv_lora_rank, m.qk_rope_head_dim

@@ -11,12 +11,11 @@ SI units: watts, joules, tokens/s, bytes/s.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from lib._data import load_yaml
 from lib.hardware import GPU, gpu
+from lib.inputs import fraction, integer, real
 from lib.throughput import StepLine
 
 
@@ -34,13 +33,6 @@ def assumed(path: str) -> float:
         node = node[part]
     value = node["value"] if isinstance(node, dict) else node
     return float(value)
-
-
-def _fraction(name: str, v: float) -> float:
-    v = float(v)
-    if not (math.isfinite(v) and 0 <= v <= 1):
-        raise ValueError(f"{name} must be in [0, 1], got {v}")
-    return v
 
 
 def joules_per_token(power_w, tokens_per_s):
@@ -62,13 +54,13 @@ def board_power_w(chip: str | GPU, load: float, floor_fraction: float | None = N
     floor). load 0 is a batch-1 decode, load 1 a saturated GPU held at its TDP cap.
     """
     g = gpu(chip)
-    f = _fraction(
+    f = fraction(
         "floor_fraction",
         assumed("gpu_power.decode_floor_fraction_of_tdp")
         if floor_fraction is None
         else floor_fraction,
     )
-    u = _fraction("load", load)
+    u = fraction("load", load)
     return g.tdp_w * (f + (1 - f) * u)
 
 
@@ -91,8 +83,7 @@ def decode_energy(
     X = B / t(B) (tokens/s of the replica); P = n_gpus x board_power_w(load(B));
     J/token = P / X. Returns {'tokens_per_s', 'power_w', 'j_per_token', 'load'}.
     """
-    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int | np.integer) or n_gpus < 1:
-        raise ValueError(f"n_gpus must be an integer >= 1, got {n_gpus!r}")
+    n_gpus = integer("n_gpus", n_gpus, 1)
     load = decode_load(line, batch)
     loads = np.atleast_1d(np.asarray(load, dtype=float))
     power = n_gpus * np.array([board_power_w(chip, u, floor_fraction) for u in loads])
@@ -118,25 +109,21 @@ def wall_factor(server_overhead: float | None = None, pue: float | None = None) 
     if pue is None:
         pue = assumed("server.pue")
     for name, v in (("server_overhead", server_overhead), ("pue", pue)):
-        if not (math.isfinite(v) and v >= 1):
-            raise ValueError(f"{name} must be a finite number >= 1, got {v}")
+        real(name, v, 1)
     return server_overhead * pue
 
 
 def kwh_per_million_tokens(j_per_token: float) -> float:
     """kWh per 1e6 tokens: J/token x 1e6 / 3.6e6."""
-    if not (math.isfinite(j_per_token) and j_per_token >= 0):
-        raise ValueError(f"j_per_token must be a finite number >= 0, got {j_per_token}")
+    real("j_per_token", j_per_token, 0)
     return j_per_token * 1e6 / 3.6e6
 
 
 def hbm_power_w(bytes_per_s: float, pj_per_bit: float | None = None) -> float:
     """Power to stream ``bytes_per_s`` from HBM: bytes/s x 8 x energy per bit (default from data)."""
     e = assumed("hbm.energy_pj_per_bit") if pj_per_bit is None else pj_per_bit
-    if not (math.isfinite(bytes_per_s) and bytes_per_s >= 0):
-        raise ValueError(f"bytes_per_s must be a finite number >= 0, got {bytes_per_s}")
-    if not (math.isfinite(e) and e > 0):
-        raise ValueError(f"pj_per_bit must be a finite number > 0, got {e}")
+    real("bytes_per_s", bytes_per_s, 0)
+    real("pj_per_bit", e, 0, low_open=True)
     return bytes_per_s * 8 * e * 1e-12
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
+from lib.inputs import integer, real
 from lib.models import Model, model
 from lib.tpdecode import allreduce_latency_s
 
@@ -42,9 +43,7 @@ class FFNShape:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "d_ff"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+            object.__setattr__(self, name, integer(name, getattr(self, name), 1))
         if self.kind not in MLP_KINDS:
             raise ValueError(f"kind must be one of {', '.join(MLP_KINDS)}; got {self.kind!r}")
 
@@ -74,28 +73,14 @@ def activation_elements_per_token(shape: FFNShape, tp: int, fused: bool = True) 
     unfused SwiGLU: gate|up written and read, hidden written and read: 2d + 6f/tp.
     unfused GELU: pre-activation and activation each written and read: 2d + 4f/tp.
     """
-    _check_tp(tp)
+    tp = integer("tp", tp, 1)
     c_f = 2 if fused else (6 if shape.kind == "swiglu" else 4)
     return 2 * shape.d_model + c_f * shape.d_ff / tp
 
 
-def _check_tp(tp) -> None:
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ValueError(f"tp must be a positive integer, got {tp!r}")
-
-
-def _check_tokens(tokens) -> None:
-    if (
-        isinstance(tokens, bool)
-        or not isinstance(tokens, int | float)
-        or not (tokens >= 1 and math.isfinite(tokens))
-    ):
-        raise ValueError(f"tokens must be a finite number >= 1, got {tokens!r}")
-
-
 def link_for(tp: int, link: str = "auto") -> str:
     """'nvlink' or 'network' for a TP group of ``tp``: ``auto`` stays on NVLink within a node of 8."""
-    _check_tp(tp)
+    tp = integer("tp", tp, 1)
     if link not in LINKS:
         raise ValueError(f"link must be one of {', '.join(LINKS)}; got {link!r}")
     if link == "auto":
@@ -207,20 +192,13 @@ def cost_lines(
     if not isinstance(shape, FFNShape):
         raise ValueError(f"shape must be an FFNShape (see ffn_shape), got {type(shape).__name__}")
     g = gpu(chip)
-    _check_tp(tp)
+    tp = integer("tp", tp, 1)
     if tp > shape.d_ff:
         raise ValueError(f"tp={tp} exceeds the FFN width {shape.d_ff}")
     b_w, b_a = bytes_per_element(weight_dtype), bytes_per_element(act_dtype)
     bw, alpha = link_params(g, tp, link)
     if allreduce_latency_override_s is not None:
-        if not (
-            isinstance(allreduce_latency_override_s, int | float)
-            and allreduce_latency_override_s >= 0
-            and math.isfinite(allreduce_latency_override_s)
-        ):
-            raise ValueError(
-                f"allreduce_latency_override_s must be >= 0, got {allreduce_latency_override_s!r}"
-            )
+        real("allreduce_latency_override_s", allreduce_latency_override_s, 0, unit="seconds")
         alpha = allreduce_latency_override_s if tp > 1 else 0.0
     k, d, f = shape.matrices, shape.d_model, shape.d_ff
     w = g.memory_bandwidth
@@ -261,7 +239,7 @@ def ffn_cost(
         fused,
         allreduce_latency_override_s,
     )
-    _check_tokens(tokens)
+    real("tokens", tokens, 1)
     b_w, b_a = bytes_per_element(weight_dtype), bytes_per_element(act_dtype)
     k, d, f = shape.matrices, shape.d_model, shape.d_ff
     compute_s, hbm_s, lat_s, bw_s = lines.at(tokens)
@@ -454,7 +432,7 @@ def regime_grid(
 ) -> list[list[str]]:
     """Binding cost at every (tp, tokens) pair: rows follow ``tps``, columns ``tokens``."""
     for t in tokens:
-        _check_tokens(t)
+        real("tokens", t, 1)
     return [
         [BOUNDS[c] for c in _bound_codes(cost_lines(shape, chip, n, link, **kwargs), tokens)]
         for n in tps

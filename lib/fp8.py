@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lib.inputs import integer, real
+
 E4M3_EXPONENT_BITS = 4
 E4M3_MANTISSA_BITS = 3
 E4M3_BIAS = 7
@@ -198,8 +200,7 @@ def amax_scale(x, axis=None, margin: float = 1.0) -> np.ndarray:
     gets s = 1. ``axis=None`` is one per-tensor scale; reducing every axis but the head axis
     gives per-head scales. ``margin`` > 1 leaves headroom for values larger than those seen.
     """
-    if not (isinstance(margin, int | float) and math.isfinite(margin) and margin > 0):
-        raise ValueError(f"margin must be a finite number > 0, got {margin!r}")
+    real("margin", margin, 0, low_open=True)
     a = np.abs(_array(x, "x"))
     if a.size == 0:
         raise ValueError("x must have at least one element to compute a scale")
@@ -395,22 +396,15 @@ def synthetic_head(
     ``query_outlier_weight`` (aligned Q/K outlier channels make extreme keys attract attention).
     Returns float32 arrays q (num_queries, d), K (N, d), V (N, d).
     """
-    for name, v in (
-        ("num_tokens", num_tokens),
-        ("head_dim", head_dim),
-        ("num_queries", num_queries),
-    ):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if not (isinstance(num_outlier_channels, int) and 0 <= num_outlier_channels <= head_dim):
-        raise ValueError(
-            f"num_outlier_channels must be an integer in 0..head_dim, got {num_outlier_channels!r}"
-        )
+    num_tokens = integer("num_tokens", num_tokens, 1)
+    head_dim = integer("head_dim", head_dim, 1)
+    num_queries = integer("num_queries", num_queries, 1)
+    num_outlier_channels = integer(
+        "num_outlier_channels", num_outlier_channels, 0, head_dim, unit="(at most head_dim)"
+    )
     for name, v in (("outlier_scale", outlier_scale), ("tail_dof", tail_dof)):
-        if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    if not (isinstance(query_outlier_weight, int | float) and math.isfinite(query_outlier_weight)):
-        raise ValueError(f"query_outlier_weight must be finite, got {query_outlier_weight!r}")
+        real(name, v, 0, low_open=True)
+    real("query_outlier_weight", query_outlier_weight)
     rng = np.random.default_rng(seed)
     k = rng.standard_normal((num_tokens, head_dim), dtype=np.float32)
     v = rng.standard_normal((num_tokens, head_dim), dtype=np.float32)
@@ -469,10 +463,7 @@ def fp8_attention_error(q, k, v, context: int, k_scale=None, v_scale=None) -> At
     448 * scale are clipped.
     """
     n = np.asarray(k).shape[0]
-    if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= n:
-        raise ValueError(
-            f"context must be an integer in 1..{n} (the keys available), got {context!r}"
-        )
+    context = integer("context", context, 1, n, unit="(the keys available)")
     kc, vc = np.asarray(k)[:context], np.asarray(v)[:context]
     ks = float(amax_scale(kc).ravel()[0]) if k_scale is None else float(_scale(k_scale))
     vs = float(amax_scale(vc).ravel()[0]) if v_scale is None else float(_scale(v_scale))

@@ -20,13 +20,13 @@ each with a source or an explicit assumption. SI units: seconds, bytes, FLOP.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 from lib._data import load_yaml
 from lib.comms import ring_allreduce_time_s
 from lib.decode_kernels import FUSION_LEVELS, KernelCost, decode_step_kernels
 from lib.hardware import GPU, gpu
+from lib.inputs import fraction, integer, real
 from lib.models import Model, model
 from lib.units import US
 
@@ -93,9 +93,7 @@ class Overheads:
 
     def __post_init__(self):
         for name in ("hbm_efficiency", "attention_efficiency", "flops_efficiency"):
-            v = getattr(self, name)
-            if not 0 < v <= 1:
-                raise ValueError(f"{name} must be in (0, 1], got {v}")
+            fraction(name, getattr(self, name), allow_zero=False)
         for name in (
             "kernel_fixed_s",
             "launch_gap_s",
@@ -103,17 +101,14 @@ class Overheads:
             "host_step_s",
             "host_sync_s",
         ):
-            v = getattr(self, name)
-            if not (v >= 0 and math.isfinite(v)):
-                raise ValueError(f"{name} must be a finite number >= 0 seconds, got {v}")
+            real(name, getattr(self, name), 0, unit="seconds")
         if self.cpu_launch_s is not None and not self.cpu_launch_s >= 0:
             raise ValueError(
                 f"cpu_launch_s must be None (CUDA graphs) or >= 0 s, got {self.cpu_launch_s}"
             )
-        if not isinstance(self.sampling_kernels, int) or self.sampling_kernels < 1:
-            raise ValueError(
-                f"sampling_kernels must be an integer >= 1, got {self.sampling_kernels!r}"
-            )
+        object.__setattr__(
+            self, "sampling_kernels", integer("sampling_kernels", self.sampling_kernels, 1)
+        )
         if self.fusion not in FUSION_LEVELS:
             raise ValueError(f"fusion must be one of {FUSION_LEVELS}, got {self.fusion!r}")
 
@@ -572,8 +567,7 @@ def plan_waterfall(
 
     m, g = model(mdl), gpu(chip)
     ov = overheads or default_overheads()
-    if not 0 < clock_fraction <= 1:
-        raise ValueError(f"clock_fraction must be in (0, 1], got {clock_fraction}")
+    fraction("clock_fraction", clock_fraction, allow_zero=False)
     plan = roofline_plan(m, g, tp, batch, context, weight_dtype, kv_dtype)
     b = attribute_trace(
         decode_trace(m, g, tp, batch, context, weight_dtype, kv_dtype, overheads=ov)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from lib import kvcache_prefix as kp
 from lib._data import load_yaml
 from lib.hardware import GPU, gpu
+from lib.inputs import fraction, integer, real
 from lib.memory import kv_free_bytes_per_gpu
 from lib.models import Model, model
 from lib.roofline import kv_shard_fraction
@@ -40,43 +41,8 @@ SECONDS_PER_DAY = 86400.0
 DAYS_PER_YEAR = 365.0
 
 
-def _positive(name: str, value: float) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _nonnegative(name: str, value: float) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def _fraction(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
-    return float(value)
-
-
-def _tokens(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer number of tokens, got {value!r}")
-    return value
-
-
 def _gpus(n_gpus: int, gpus_per_node: int) -> int:
-    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
-        raise ValueError(f"n_gpus must be a positive integer, got {n_gpus!r}")
+    n_gpus = integer("n_gpus", n_gpus, 1)
     if n_gpus > gpus_per_node or gpus_per_node % n_gpus:
         raise ValueError(f"n_gpus={n_gpus} must divide the node's {gpus_per_node} GPUs")
     return n_gpus
@@ -157,24 +123,16 @@ def default_node(**overrides) -> NodeSpec:
         raise ValueError(
             f"unknown NodeSpec fields {sorted(unknown)}; valid: {sorted(NodeSpec.__dataclass_fields__)}"
         )
-    node = replace(node, **overrides)
-    _check_node(node)
-    return node
+    return _check_node(replace(node, **overrides))
 
 
-def _check_node(node: NodeSpec) -> None:
-    if (
-        isinstance(node.gpus_per_node, bool)
-        or not isinstance(node.gpus_per_node, int)
-        or node.gpus_per_node < 1
-    ):
-        raise ValueError(f"gpus_per_node must be a positive integer, got {node.gpus_per_node!r}")
-    if (
-        isinstance(node.ssd_drives, bool)
-        or not isinstance(node.ssd_drives, int)
-        or node.ssd_drives < 0
-    ):
-        raise ValueError(f"ssd_drives must be an integer >= 0, got {node.ssd_drives!r}")
+def _check_node(node: NodeSpec) -> NodeSpec:
+    """``node`` with its counts as python ints; raises ValueError on any out-of-range field."""
+    node = replace(
+        node,
+        gpus_per_node=integer("gpus_per_node", node.gpus_per_node, 1),
+        ssd_drives=integer("ssd_drives", node.ssd_drives, 0),
+    )
     for name in (
         "dram_bytes",
         "dram_bandwidth",
@@ -185,11 +143,12 @@ def _check_node(node: NodeSpec) -> None:
         "ssd_dwpd",
         "ssd_warranty_years",
     ):
-        _positive(name, getattr(node, name))
+        real(name, getattr(node, name), 0, low_open=True)
     for name in ("dram_latency_s", "ssd_latency_s"):
-        _nonnegative(name, getattr(node, name))
-    _fraction("dram_usable_fraction", node.dram_usable_fraction)
-    _fraction("ssd_read_efficiency", node.ssd_read_efficiency)
+        real(name, getattr(node, name), 0)
+    fraction("dram_usable_fraction", node.dram_usable_fraction, allow_zero=False)
+    fraction("ssd_read_efficiency", node.ssd_read_efficiency, allow_zero=False)
+    return node
 
 
 def workload_defaults() -> dict:
@@ -205,9 +164,9 @@ def compute_rate(
 ) -> float:
     """Achievable prefill FLOP/s of a replica: C = n_gpus x dense peak(compute_dtype) x MFU
     (:func:`lib.kvcache_prefix.achieved_flops_per_s`)."""
-    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
-        raise ValueError(f"n_gpus must be a positive integer, got {n_gpus!r}")
-    return kp.achieved_flops_per_s(chip, n_gpus, compute_dtype, _fraction("mfu", mfu))
+    n_gpus = integer("n_gpus", n_gpus, 1)
+    mfu = fraction("mfu", mfu, allow_zero=False)
+    return kp.achieved_flops_per_s(chip, n_gpus, compute_dtype, mfu)
 
 
 def recompute_time_s(
@@ -223,7 +182,7 @@ def recompute_time_s(
     The marginal cost inside a prefill that runs anyway (the new suffix still needs one), so
     no weight-read floor is added: at prompt lengths worth caching, prefill is compute-bound.
     """
-    p = _tokens("prefix_tokens", prefix_tokens)
+    p = integer("prefix_tokens", prefix_tokens, 1)
     return kp.recompute_flops(mdl, p) / compute_rate(chip, n_gpus, compute_dtype, mfu)
 
 
@@ -240,13 +199,13 @@ def fetch_time_s(
     W = bytes/s the tier delivers into the replica's GPUs (``math.inf`` for HBM: resident).
     :func:`lib.kvcache_prefix.fetch_time_s` over one link of bandwidth W.
     """
-    p = _tokens("prefix_tokens", prefix_tokens)
+    p = integer("prefix_tokens", prefix_tokens, 1)
     w = float(bandwidth)
     if not (w > 0):
         raise ValueError(
             f"bandwidth must be > 0 bytes/s (math.inf for a resident tier), got {bandwidth!r}"
         )
-    link = kp.StorageTier("replica", "the replica's link", w, 1.0, _nonnegative("latency_s", latency_s),
+    link = kp.StorageTier("replica", "the replica's link", w, 1.0, real("latency_s", latency_s, 0),
                           "lib.kv_tiering")
     return kp.fetch_time_s(mdl, p, link, kv_dtype=kv_dtype)
 
@@ -258,7 +217,7 @@ def recompute_intensity(mdl: str | Model, prefix_tokens: int, kv_dtype: str = "b
     Independent of hardware. It grows with P (the attention term) and with model size per KV
     byte: GQA and MLA raise it, an MHA model has the lowest.
     """
-    return kp.flops_per_kv_byte(mdl, _tokens("prefix_tokens", prefix_tokens), kv_dtype)
+    return kp.flops_per_kv_byte(mdl, integer("prefix_tokens", prefix_tokens, 1), kv_dtype)
 
 
 def tier_ridge(
@@ -269,7 +228,8 @@ def tier_ridge(
     mfu: float = 0.6,
 ) -> float:
     """The tier's FLOPs-per-byte threshold C / W: fetching wins for models with I(P) above it."""
-    return compute_rate(chip, n_gpus, compute_dtype, mfu) / _positive("bandwidth", bandwidth)
+    w = real("bandwidth", bandwidth, 0, low_open=True)
+    return compute_rate(chip, n_gpus, compute_dtype, mfu) / w
 
 
 def breakeven_bandwidth(
@@ -289,7 +249,7 @@ def breakeven_bandwidth(
     """
     m = model(mdl)
     per_gpu = kp.breakeven_bandwidth_closed_form(
-        m, chip, _tokens("prefix_tokens", prefix_tokens), tp=n_gpus, mfu=mfu,
+        m, chip, integer("prefix_tokens", prefix_tokens, 1), tp=n_gpus, mfu=mfu,
         compute_dtype=compute_dtype, kv_dtype=kv_dtype,
     )
     return per_gpu / kv_shard_fraction(m, n_gpus)
@@ -312,7 +272,7 @@ def breakeven_prefix_tokens(
     when fetching wins at every length, ``math.inf`` when recompute always wins.
     """
     m = model(mdl)
-    w = _positive("bandwidth", bandwidth)
+    w = real("bandwidth", bandwidth, 0, low_open=True)
     return kp.breakeven_prefix_tokens_closed_form(
         m, chip, w * kv_shard_fraction(m, n_gpus), latency_s=latency_s, tp=n_gpus, mfu=mfu,
         compute_dtype=compute_dtype, kv_dtype=kv_dtype,
@@ -352,15 +312,15 @@ class TierCost:
 
 def host_bandwidth(node: NodeSpec, n_gpus: int = 1) -> float:
     """Host DRAM -> replica bytes/s: n_gpus x min(PCIe H2D per GPU, DRAM bandwidth / GPUs per node)."""
-    _check_node(node)
-    _gpus(n_gpus, node.gpus_per_node)
+    node = _check_node(node)
+    n_gpus = _gpus(n_gpus, node.gpus_per_node)
     return n_gpus * min(node.pcie_h2d_bandwidth, node.dram_bandwidth / node.gpus_per_node)
 
 
 def ssd_bandwidth(node: NodeSpec, n_gpus: int = 1) -> float:
     """SSD -> replica bytes/s: the replica's share of drives x read x efficiency, capped by its PCIe."""
-    _check_node(node)
-    _gpus(n_gpus, node.gpus_per_node)
+    node = _check_node(node)
+    n_gpus = _gpus(n_gpus, node.gpus_per_node)
     share = n_gpus / node.gpus_per_node
     return min(
         node.ssd_drives * node.ssd_read_bandwidth * node.ssd_read_efficiency * share,
@@ -387,14 +347,14 @@ def tier_costs(
     SSD = drives x capacity x n_gpus / gpus_per_node at :func:`ssd_bandwidth`.
     """
     node = node or default_node()
-    _check_node(node)
+    node = _check_node(node)
     m, g = model(mdl), gpu(chip)
-    _gpus(n_gpus, node.gpus_per_node)
+    n_gpus = _gpus(n_gpus, node.gpus_per_node)
     if m.num_attention_heads % n_gpus:
         raise ValueError(
             f"n_gpus={n_gpus} must divide the {m.num_attention_heads} attention heads of {m.key}"
         )
-    p = _tokens("prefix_tokens", prefix_tokens)
+    p = integer("prefix_tokens", prefix_tokens, 1)
     b = m.kv_bytes_per_token(kv_dtype)
     share = n_gpus / node.gpus_per_node
     recompute = recompute_time_s(m, g, p, n_gpus, compute_dtype, mfu)
@@ -426,7 +386,7 @@ def prefill_tokens_per_s(
     mfu: float = 0.6,
 ) -> float:
     """Prompt tokens/s a replica prefills flat out: C / (F(P) / P) for prompts of P tokens."""
-    p = _tokens("prompt_tokens", prompt_tokens)
+    p = integer("prompt_tokens", prompt_tokens, 1)
     return compute_rate(chip, n_gpus, compute_dtype, mfu) / kp.recompute_flops_per_token(mdl, p)
 
 
@@ -448,9 +408,9 @@ def kv_write_rate(
     every computed prompt token and every generated token creates b bytes of KV, and a
     write-through or LRU-victim SSD tier eventually receives ``spill_fraction`` of them.
     """
-    share = _fraction("prefill_share", prefill_share)
-    out = _nonnegative("output_tokens_per_prompt_token", output_tokens_per_prompt_token)
-    spill = _fraction("spill_fraction", spill_fraction)
+    share = fraction("prefill_share", prefill_share, allow_zero=False)
+    out = real("output_tokens_per_prompt_token", output_tokens_per_prompt_token, 0)
+    spill = fraction("spill_fraction", spill_fraction, allow_zero=False)
     tokens = (
         share
         * prefill_tokens_per_s(mdl, chip, prompt_tokens, n_gpus, compute_dtype, mfu)
@@ -462,19 +422,19 @@ def kv_write_rate(
 def ssd_endurance_bytes(capacity_bytes: float, dwpd: float, warranty_years: float) -> float:
     """Rated bytes written (TBW x 1e12): capacity x DWPD x 365 x warranty years."""
     return (
-        _positive("capacity_bytes", capacity_bytes)
-        * _positive("dwpd", dwpd)
+        real("capacity_bytes", capacity_bytes, 0, low_open=True)
+        * real("dwpd", dwpd, 0, low_open=True)
         * DAYS_PER_YEAR
-        * _positive("warranty_years", warranty_years)
+        * real("warranty_years", warranty_years, 0, low_open=True)
     )
 
 
 def drive_writes_per_day(write_rate: float, capacity_bytes: float) -> float:
     """Full-drive writes per day at a steady write rate: rate x 86400 / capacity."""
     return (
-        _nonnegative("write_rate", write_rate)
+        real("write_rate", write_rate, 0)
         * SECONDS_PER_DAY
-        / _positive("capacity_bytes", capacity_bytes)
+        / real("capacity_bytes", capacity_bytes, 0, low_open=True)
     )
 
 
@@ -510,13 +470,11 @@ def ssd_wear(
     time to fill a drive once.
     """
     node = node or default_node()
-    _check_node(node)
+    node = _check_node(node)
     if node.ssd_drives < 1:
         raise ValueError("the node has no SSD drives (ssd_drives = 0): nothing wears out")
-    rate = _nonnegative("write_rate", write_rate)
-    waf = _positive("write_amplification", write_amplification)
-    if waf < 1:
-        raise ValueError(f"write_amplification must be >= 1, got {write_amplification!r}")
+    rate = real("write_rate", write_rate, 0)
+    waf = real("write_amplification", write_amplification, 1)
     capacity = node.ssd_drives * node.ssd_capacity_bytes
     write_bw = node.ssd_drives * node.ssd_write_bandwidth
     endurance = ssd_endurance_bytes(capacity, node.ssd_dwpd, node.ssd_warranty_years)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lib.inputs import integer, integer_array, real
 from lib.kvcache import BlockAllocator, Op
 
 __all__ = [
@@ -70,31 +71,6 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------- validation
-def _int(name: str, value: object, least: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    return int(value)
-
-
-def _int_array(name: str, values: object, least: int = 0) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{name} must be integers >= {least}, got dtype {arr.dtype}")
-    if arr.size and arr.min() < least:
-        raise ValueError(f"{name} must be integers >= {least}, got a value {arr.min()}")
-    return arr.astype(np.int64)
-
-
-def _number(name: str, value: object, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-        raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
-    value = float(value)
-    if not (math.isfinite(value) and low <= value <= high):
-        raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
-    return value
-
-
 def _scalar_or_array(values: object):
     return int(values) if np.ndim(values) == 0 else values
 
@@ -105,8 +81,8 @@ def blocks_for_tokens(num_tokens, block_size: int):
 
     ``num_tokens`` may be an int or an integer array (tokens, >= 0); ``block_size`` in tokens.
     """
-    b = _int("block_size", block_size, 1)
-    n = _int_array("num_tokens", num_tokens)
+    b = integer("block_size", block_size, 1)
+    n = integer_array("num_tokens", num_tokens)
     return _scalar_or_array(-(-n // b))
 
 
@@ -115,14 +91,14 @@ def paged_waste_tokens(num_tokens, block_size: int):
 
     Only the last block can be partly filled, so the waste per sequence is below one block.
     """
-    b = _int("block_size", block_size, 1)
-    n = _int_array("num_tokens", num_tokens)
+    b = integer("block_size", block_size, 1)
+    n = integer_array("num_tokens", num_tokens)
     return _scalar_or_array(-(-n // b) * b - n)
 
 
 def paged_waste_bound_tokens(block_size: int) -> int:
     """The worst case per sequence: ``B - 1`` empty slots (a last block holding one token)."""
-    return _int("block_size", block_size, 1) - 1
+    return integer("block_size", block_size, 1) - 1
 
 
 def uniform_residue_waste_tokens(block_size: int) -> float:
@@ -131,13 +107,13 @@ def uniform_residue_waste_tokens(block_size: int) -> float:
     Holds for any length distribution much wider than a block (the residue then forgets the
     distribution's shape); :func:`expected_waste_from_pmf` gives the exact value otherwise.
     """
-    return (_int("block_size", block_size, 1) - 1) / 2
+    return (integer("block_size", block_size, 1) - 1) / 2
 
 
 def contiguous_waste_tokens(num_tokens, reserved_tokens):
     """Slots a contiguous reservation wastes: ``reserved - L`` (reserved >= L, tokens)."""
-    n = _int_array("num_tokens", num_tokens)
-    r = _int_array("reserved_tokens", reserved_tokens)
+    n = integer_array("num_tokens", num_tokens)
+    r = integer_array("reserved_tokens", reserved_tokens)
     if np.any(n > r):
         raise ValueError(
             "num_tokens must not exceed reserved_tokens (a reservation holds the sequence)"
@@ -153,7 +129,7 @@ def pow2_reserved_tokens(num_tokens):
     reservation ("if the true output length is 25, it reserves 32 positions for outputs",
     Kwon et al. 2023, sec. 6.1); rounding the whole length wastes more on long prompts.
     """
-    n = _int_array("num_tokens", num_tokens)
+    n = integer_array("num_tokens", num_tokens)
     out = np.ones_like(n)
     big = n > 1
     out[big] = 1 << np.ceil(np.log2(n[big])).astype(np.int64)
@@ -170,9 +146,9 @@ def lognormal_length_pmf(
     mass sits on ``max_tokens`` (requests cut at the engine's maximum length). Returns
     ``(lengths 1..max_tokens, probabilities)``. The sampler below draws from this same law.
     """
-    median = _number("median_tokens", median_tokens, 1.0, 1e7)
-    s = _number("sigma", sigma, 0.01, 5.0)
-    m = _int("max_tokens", max_tokens, 1)
+    median = real("median_tokens", median_tokens, 1.0, 1e7)
+    s = real("sigma", sigma, 0.01, 5.0)
+    m = integer("max_tokens", max_tokens, 1)
     lengths = np.arange(1, m + 1)
     z = (np.log(lengths[:-1]) - math.log(median)) / (s * math.sqrt(2.0))
     erf = np.frompyfunc(math.erf, 1, 1)
@@ -185,11 +161,11 @@ def sample_lognormal_lengths(
     num_sequences: int, median_tokens: float, sigma: float, max_tokens: int, seed: int = 0
 ) -> np.ndarray:
     """Seeded sequence lengths ``clip(ceil(median * exp(sigma * Z)), 1, max_tokens)``, Z ~ N(0, 1)."""
-    n = _int("num_sequences", num_sequences, 1)
-    median = _number("median_tokens", median_tokens, 1.0, 1e7)
-    s = _number("sigma", sigma, 0.01, 5.0)
-    m = _int("max_tokens", max_tokens, 1)
-    rng = np.random.default_rng(_int("seed", seed))
+    n = integer("num_sequences", num_sequences, 1)
+    median = real("median_tokens", median_tokens, 1.0, 1e7)
+    s = real("sigma", sigma, 0.01, 5.0)
+    m = integer("max_tokens", max_tokens, 1)
+    rng = np.random.default_rng(integer("seed", seed, 0))
     x = median * np.exp(s * rng.standard_normal(n))
     return np.clip(np.ceil(x), 1, m).astype(np.int64)
 
@@ -197,7 +173,7 @@ def sample_lognormal_lengths(
 def expected_waste_from_pmf(lengths, probs, block_size: int) -> float:
     """Exact expected paged waste, ``sum_l p(l) * (B * ceil(l / B) - l)`` tokens."""
     p = np.asarray(probs, dtype=float)
-    waste = paged_waste_tokens(_int_array("lengths", lengths, 1), block_size)
+    waste = paged_waste_tokens(integer_array("lengths", lengths, 1), block_size)
     if p.shape != np.shape(waste) or np.any(p < 0) or not math.isclose(p.sum(), 1.0, rel_tol=1e-9):
         raise ValueError("probs must be non-negative, sum to 1 and match lengths in shape")
     return float(np.dot(p, waste))
@@ -243,13 +219,13 @@ class WasteSummary:
 
 def waste_summary(lengths, block_size: int, max_tokens: int) -> WasteSummary:
     """Sum reserved slots over ``lengths`` for paged, max-length and power-of-two reservation."""
-    n = _int_array("lengths", lengths, 1)
-    m = _int("max_tokens", max_tokens, 1)
+    n = integer_array("lengths", lengths, 1)
+    m = integer("max_tokens", max_tokens, 1)
     if n.size == 0:
         raise ValueError("lengths must hold at least one sequence")
     if n.max() > m:
         raise ValueError(f"lengths must be <= max_tokens={m}, got {n.max()}")
-    b = _int("block_size", block_size, 1)
+    b = integer("block_size", block_size, 1)
     waste = paged_waste_tokens(n, b)
     return WasteSummary(
         num_sequences=int(n.size),
@@ -264,26 +240,22 @@ def waste_summary(lengths, block_size: int, max_tokens: int) -> WasteSummary:
 
 
 def kv_budget_bytes(
-    model, gpu, tp: int, weight_dtype: str = "bf16", memory_utilization: float = 0.9
+    model, gpu, tp: int, weight_dtype: str = "bf16", memory_utilization: float | None = None
 ) -> float:
-    """KV bytes a replica of ``tp`` GPUs can hold: ``tp * memory * utilization - weights``.
+    """KV bytes a replica of ``tp`` GPUs holds, counted at the model's full bytes per token.
 
-    ``memory_utilization`` is the share of each GPU's memory the engine may use (vLLM's
-    ``gpu_memory_utilization``, default 0.9); activations and workspace are ignored here.
-    Raises ValueError when the weights alone do not fit.
+    The per-GPU pool is :func:`lib.memory.memory_budget`'s (the one KV-capacity formula:
+    ``u x driver-visible memory - weights / tp - activations - sampler - attention workspace -
+    NCCL - CUDA graphs``, with vLLM's defaults from ``data/serving_memory.yaml``); the replica
+    holds ``pool / s`` bytes of whole tokens, ``s`` being the share of each token one GPU stores
+    (``1 / tp`` while tp <= KV heads). ``memory_utilization`` is vLLM's
+    ``gpu_memory_utilization`` (None: its default, 0.9). Raises ValueError when the weights and
+    overheads leave no room for a KV cache.
     """
-    from lib import hardware, models
+    from lib import memory, models
 
-    m, g = models.model(model), hardware.gpu(gpu)
-    t = _int("tp", tp, 1)
-    util = _number("memory_utilization", memory_utilization, 0.01, 1.0)
-    budget = t * g.memory_bytes * util - m.weight_bytes(weight_dtype)
-    if budget <= 0:
-        raise ValueError(
-            f"{m.key} weights ({m.weight_bytes(weight_dtype) / 1e9:.0f} GB in {weight_dtype}) do "
-            f"not fit in {t} x {g.key} at {util:.0%} utilization; raise tp"
-        )
-    return budget
+    b = memory.memory_budget(model, gpu, tp, weight_dtype, gpu_memory_utilization=memory_utilization)
+    return b.kv_cache_bytes * models.model(model).kv_bytes_per_token(b.kv_dtype) / b.kv_bytes_per_token_per_gpu
 
 
 def smallest_tp(
@@ -296,9 +268,9 @@ def smallest_tp(
     from lib import hardware, models
 
     m, g = models.model(model), hardware.gpu(gpu)
-    frac = _number("max_weight_fraction", max_weight_fraction, 0.01, 1.0)
+    frac = real("max_weight_fraction", max_weight_fraction, 0.01, 1.0)
     tp = 1
-    while tp <= _int("max_tp", max_tp, 1):
+    while tp <= integer("max_tp", max_tp, 1):
         fits = m.weight_bytes(weight_dtype) / tp <= frac * g.memory_bytes
         if fits and m.num_attention_heads % tp == 0:
             return tp
@@ -308,7 +280,7 @@ def smallest_tp(
 
 def block_table_entries(max_tokens: int, block_size: int) -> int:
     """Width of a block table for ``max_tokens``: ``ceil(max_tokens / B)`` block ids."""
-    return int(blocks_for_tokens(_int("max_tokens", max_tokens, 1), block_size))
+    return int(blocks_for_tokens(integer("max_tokens", max_tokens, 1), block_size))
 
 
 def block_run_bytes(model, kv_dtype: str, block_size: int) -> float:
@@ -322,15 +294,15 @@ def block_run_bytes(model, kv_dtype: str, block_size: int) -> float:
     from lib.dtypes import bytes_per_element
 
     m = models.model(model)
-    b = _int("block_size", block_size, 1)
+    b = integer("block_size", block_size, 1)
     width = m.kv_lora_rank + m.qk_rope_head_dim if m.is_mla else m.head_dim
     return b * width * bytes_per_element(kv_dtype)
 
 
 def prefix_hit_tokens(prefix_tokens, block_size: int):
     """Tokens a block-granular prefix cache can reuse: ``B * floor(P / B)`` (full blocks only)."""
-    b = _int("block_size", block_size, 1)
-    p = _int_array("prefix_tokens", prefix_tokens)
+    b = integer("block_size", block_size, 1)
+    p = integer_array("prefix_tokens", prefix_tokens)
     return _scalar_or_array(p // b * b)
 
 
@@ -377,11 +349,11 @@ def block_size_tradeoff(
 
     m = models.model(model)
     per_token = m.kv_bytes_per_token(kv_dtype)
-    n = _int_array("lengths", lengths, 1)
-    p = _int("prefix_tokens", prefix_tokens)
+    n = integer_array("lengths", lengths, 1)
+    p = integer("prefix_tokens", prefix_tokens, 0)
     rows = []
     for b in block_sizes:
-        b = _int("block_size", b, 1)
+        b = integer("block_size", b, 1)
         s = waste_summary(n, b, max_tokens)
         sim = s.mean_waste_tokens("paged")
         rows.append(
@@ -434,10 +406,10 @@ def parallel_sampling_blocks(
     writes in place), else 0. Without sharing: ``n * ceil((P + G) / B)``. At ``G = 0`` the
     samples still share the whole prompt: ``ceil(P / B)`` blocks, no copies.
     """
-    p = _int("prompt_tokens", prompt_tokens, 1)
-    g = _int("output_tokens", output_tokens)
-    n = _int("num_samples", num_samples, 1)
-    b = _int("block_size", block_size, 1)
+    p = integer("prompt_tokens", prompt_tokens, 1)
+    g = integer("output_tokens", output_tokens, 0)
+    n = integer("num_samples", num_samples, 1)
+    b = integer("block_size", block_size, 1)
     r = p % b
     unshared = n * (-(-(p + g) // b))
     if g == 0:
@@ -450,10 +422,10 @@ def parallel_sampling_curve(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Blocks in use after each step ``s = 0..G``: (steps, shared, unshared), per the closed form
     of :func:`parallel_sampling_blocks` at every ``s``."""
-    p = _int("prompt_tokens", prompt_tokens, 1)
-    g = _int("output_tokens", output_tokens)
-    n = _int("num_samples", num_samples, 1)
-    b = _int("block_size", block_size, 1)
+    p = integer("prompt_tokens", prompt_tokens, 1)
+    g = integer("output_tokens", output_tokens, 0)
+    n = integer("num_samples", num_samples, 1)
+    b = integer("block_size", block_size, 1)
     s = np.arange(g + 1)
     shared = p // b + n * (-(-(p % b + s) // b))
     shared[0] = -(-p // b)
@@ -483,11 +455,11 @@ def shared_prefix_blocks(
     copies the cached partial block; the cache keeps the original). Without sharing:
     ``N * ceil((S + U + G) / B)``.
     """
-    s = _int("prefix_tokens", prefix_tokens, 1)
-    u = _int("suffix_tokens", suffix_tokens)
-    g = _int("output_tokens", output_tokens)
-    n = _int("num_requests", num_requests, 1)
-    b = _int("block_size", block_size, 1)
+    s = integer("prefix_tokens", prefix_tokens, 1)
+    u = integer("suffix_tokens", suffix_tokens, 0)
+    g = integer("output_tokens", output_tokens, 0)
+    n = integer("num_requests", num_requests, 1)
+    b = integer("block_size", block_size, 1)
     r, tail = s % b, u + g
     unshared = n * (-(-(s + tail) // b))
     if tail == 0:
@@ -504,10 +476,10 @@ def misaligned_prompt_cost(
     ``duplicated_tokens = (n - 1) * r`` prompt tokens stored ``n`` times instead of once, and
     ``shared_blocks = floor(P / B)``: the partial block is never shared after the first write.
     """
-    p = _int("prompt_tokens", prompt_tokens, 1)
-    n = _int("num_sharers", num_sharers, 1)
-    b = _int("block_size", block_size, 1)
-    per_token = _number("kv_bytes_per_token", kv_bytes_per_token, 0.0, 1e12)
+    p = integer("prompt_tokens", prompt_tokens, 1)
+    n = integer("num_sharers", num_sharers, 1)
+    b = integer("block_size", block_size, 1)
+    per_token = real("kv_bytes_per_token", kv_bytes_per_token, 0.0, 1e12)
     r = p % b
     copies = (n - 1) if r else 0
     return {
@@ -527,16 +499,16 @@ def beam_search_parents(beam_width: int, steps: int, seed: int = 0) -> np.ndarra
     beam's parent uniformly among the ``k`` live beams (a neutral model of which beams survive;
     real scores concentrate survival on fewer parents, which only increases sharing).
     """
-    k = _int("beam_width", beam_width, 1)
-    t = _int("steps", steps, 1)
-    rng = np.random.default_rng(_int("seed", seed))
+    k = integer("beam_width", beam_width, 1)
+    t = integer("steps", steps, 1)
+    rng = np.random.default_rng(integer("seed", seed, 0))
     parents = rng.integers(0, k, size=(t, k))
     parents[0] = 0
     return parents
 
 
 def _check_parents(parents) -> np.ndarray:
-    par = _int_array("parents", parents)
+    par = integer_array("parents", parents)
     if par.ndim != 2 or par.shape[0] < 1 or par.shape[1] < 1:
         raise ValueError("parents must be a (steps, beam_width) integer array")
     if np.any(par[0] != 0) or par.max() >= par.shape[1]:
@@ -561,8 +533,8 @@ def beam_search_blocks(
     partly filled block, ``k - (distinct parents)``. Without sharing: ``k * ceil((P + s) / B)``.
     Step 0 is the prompt alone: ``ceil(P / B)`` blocks.
     """
-    p = _int("prompt_tokens", prompt_tokens, 1)
-    b = _int("block_size", block_size, 1)
+    p = integer("prompt_tokens", prompt_tokens, 1)
+    b = integer("block_size", block_size, 1)
     par = _check_parents(parents)
     total, k = par.shape
     steps = np.array([total] if at_steps is None else list(at_steps), dtype=np.int64)
@@ -625,10 +597,10 @@ def replay_parallel_sampling(
     Sample ``i`` writes token ``i`` at every step; contents_ok says every sample reads back the
     prompt followed by its own tokens. The pool is sized so it never runs out.
     """
-    p = _int("prompt_tokens", prompt_tokens, 1)
-    g = _int("output_tokens", output_tokens)
-    n = _int("num_samples", num_samples, 1)
-    b = _int("block_size", block_size, 1)
+    p = integer("prompt_tokens", prompt_tokens, 1)
+    g = integer("output_tokens", output_tokens, 0)
+    n = integer("num_samples", num_samples, 1)
+    b = integer("block_size", block_size, 1)
     alloc = allocator_factory(n * (-(-(p + g) // b)) + n, b)
     prompt = [t % 50_000 for t in range(p)]
     alloc.allocate(0, prompt)
@@ -656,11 +628,11 @@ def replay_shared_prefix(
     Request ``j`` writes ``U`` suffix tokens and ``G`` output tokens, all equal to ``j``.
     used_blocks has one entry after the prefix and one after each request.
     """
-    s = _int("prefix_tokens", prefix_tokens, 1)
-    u = _int("suffix_tokens", suffix_tokens)
-    g = _int("output_tokens", output_tokens)
-    n = _int("num_requests", num_requests, 1)
-    b = _int("block_size", block_size, 1)
+    s = integer("prefix_tokens", prefix_tokens, 1)
+    u = integer("suffix_tokens", suffix_tokens, 0)
+    g = integer("output_tokens", output_tokens, 0)
+    n = integer("num_requests", num_requests, 1)
+    b = integer("block_size", block_size, 1)
     alloc = allocator_factory(-(-s // b) + n * (-(-(s + u + g) // b)) + n, b)
     prefix = [t % 50_000 for t in range(s)]
     alloc.allocate("prefix", prefix)
@@ -688,8 +660,8 @@ def replay_beam_search(
     sequences and continues itself as the last child; then every beam appends one token (its
     index). contents_ok checks each final beam reads the prompt plus its lineage's tokens.
     """
-    p = _int("prompt_tokens", prompt_tokens, 1)
-    b = _int("block_size", block_size, 1)
+    p = integer("prompt_tokens", prompt_tokens, 1)
+    b = integer("block_size", block_size, 1)
     par = _check_parents(parents)
     total, k = par.shape
     alloc = allocator_factory(k * (-(-(p + total) // b)) + k + 1, b)
@@ -868,14 +840,16 @@ def grade_allocator(
     ``max_prompt_tokens`` long (default: the pool's capacity, so OutOfBlocks paths run).
     Deterministic for a given ``seed``.
     """
-    n_prog = _int("num_programs", num_programs, 1)
-    n_ops = _int("num_ops", num_ops, 1)
-    seed = _int("seed", seed)
+    n_prog = integer("num_programs", num_programs, 1)
+    n_ops = integer("num_ops", num_ops, 1)
+    seed = integer("seed", seed, 0)
     probe = factory()
     if not isinstance(probe, BlockAllocator):
         raise ValueError(f"factory must return a BlockAllocator, got {type(probe).__name__}")
     cap = probe.num_blocks * probe.block_size
-    max_prompt = cap if max_prompt_tokens is None else _int("max_prompt_tokens", max_prompt_tokens)
+    max_prompt = (
+        cap if max_prompt_tokens is None else integer("max_prompt_tokens", max_prompt_tokens, 0)
+    )
     report = GradeReport(name or type(probe).__name__, n_prog, 0)
     for index in range(n_prog):
         rng = random.Random(seed * 1_000_003 + index)
@@ -975,14 +949,16 @@ def oracle_failures(
     first failing program's ops up to the failing op, or None). Same programs as
     :func:`grade_allocator` draws for the same seed, without double-free attempts.
     """
-    n_prog = _int("num_programs", num_programs, 1)
-    n_ops = _int("num_ops", num_ops, 1)
-    seed = _int("seed", seed)
+    n_prog = integer("num_programs", num_programs, 1)
+    n_ops = integer("num_ops", num_ops, 1)
+    seed = integer("seed", seed, 0)
     probe = factory()
     if not isinstance(probe, BlockAllocator):
         raise ValueError(f"factory must return a BlockAllocator, got {type(probe).__name__}")
     cap = probe.num_blocks * probe.block_size
-    max_prompt = cap if max_prompt_tokens is None else _int("max_prompt_tokens", max_prompt_tokens)
+    max_prompt = (
+        cap if max_prompt_tokens is None else integer("max_prompt_tokens", max_prompt_tokens, 0)
+    )
     failing, first = 0, None
     for index in range(n_prog):
         rng = random.Random(seed * 1_000_003 + index)
@@ -1014,7 +990,7 @@ def admission_trace(
     alloc = factory()
     if not isinstance(alloc, BlockAllocator):
         raise ValueError(f"factory must return a BlockAllocator, got {type(alloc).__name__}")
-    lengths = _int_array("request_tokens", list(request_tokens))
+    lengths = integer_array("request_tokens", list(request_tokens))
     live: list[int] = []
     usable = np.empty(lengths.size, dtype=np.int64)
     rejected = 0

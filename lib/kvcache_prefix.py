@@ -37,6 +37,7 @@ import numpy as np
 
 from lib._data import load_yaml, unknown_name
 from lib.hardware import GPU, gpu
+from lib.inputs import fraction, integer, real
 from lib.kvcache import (
     CacheAllocation,
     OutOfSlots,
@@ -105,31 +106,8 @@ __all__ = [
 # ---- validation helpers ------------------------------------------------------------------
 
 
-def _int(name: str, value: object, least: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    return int(value)
-
-
-def _fraction(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
-    return float(value)
-
-
-def _nonneg(name: str, value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
 def _tp(m: Model, tp: object) -> int:
-    tp = _int("tp", tp, 1)
+    tp = integer("tp", tp, 1)
     if m.num_attention_heads % tp:
         raise ValueError(
             f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
@@ -146,7 +124,7 @@ def recompute_flops(mdl: str | Model, prefix_len: int) -> float:
     F(P) = 2N P + a P (P + 1) / 2 (``Model.prefill_flops``); 0 for an empty prefix.
     """
     m = model(mdl)
-    p = _int("prefix_len", prefix_len, 0)
+    p = integer("prefix_len", prefix_len, 0)
     return 0.0 if p == 0 else m.prefill_flops(p)
 
 
@@ -155,7 +133,7 @@ def recompute_flops_per_token(mdl: str | Model, prefix_len: int) -> float:
 
     Grows with the prefix because each token attends to all the tokens before it.
     """
-    p = _int("prefix_len", prefix_len, 1)
+    p = integer("prefix_len", prefix_len, 1)
     return recompute_flops(mdl, p) / p
 
 
@@ -178,8 +156,8 @@ def prefill_flops_with_cached_prefix(mdl: str | Model, prompt_len: int, cached_l
     F(h), the prefix's own prefill: causal attention never looks forward. Returns 0 when h = L.
     """
     m = model(mdl)
-    length = _int("prompt_len", prompt_len, 0)
-    h = _int("cached_len", cached_len, 0)
+    length = integer("prompt_len", prompt_len, 0)
+    h = integer("cached_len", cached_len, 0)
     if h > length:
         raise ValueError(f"cached_len ({h}) must be <= prompt_len ({length})")
     a = m.attention_flops_per_token(1)
@@ -317,9 +295,9 @@ def pass_time_s(
     """
     m, g = model(mdl), gpu(chip)
     tp = _tp(m, tp)
-    mfu = _fraction("mfu", mfu)
-    new = _int("new_tokens", new_tokens, 0)
-    cached = _int("cached_tokens", cached_tokens, 0)
+    mfu = fraction("mfu", mfu, allow_zero=False)
+    new = integer("new_tokens", new_tokens, 0)
+    cached = integer("cached_tokens", cached_tokens, 0)
     if new == 0:
         return 0.0
     flops = prefill_flops_with_cached_prefix(m, cached + new, cached)
@@ -348,8 +326,8 @@ def recompute_time_s(
     nothing while the pass is memory-bound (the weights are read once either way).
     """
     kw = _pass_kw(tp, mfu, weight_dtype, compute_dtype, kv_dtype)
-    p = _int("prefix_len", prefix_len, 0)
-    s = _int("suffix_len", suffix_len, 0)
+    p = integer("prefix_len", prefix_len, 0)
+    s = integer("suffix_len", suffix_len, 0)
     return pass_time_s(mdl, chip, p + s, 0, **kw) - pass_time_s(mdl, chip, s, p, **kw)
 
 
@@ -362,7 +340,7 @@ def fetch_time_s(
     """
     m = model(mdl)
     tp = _tp(m, tp)
-    p = _int("prefix_len", prefix_len, 0)
+    p = integer("prefix_len", prefix_len, 0)
     if not isinstance(tier, StorageTier):
         raise ValueError(f"tier must be a StorageTier (see storage_tier()), got {tier!r}")
     if p == 0:
@@ -390,8 +368,8 @@ def breakeven_bandwidth(
     takes no longer than the fetch latency alone (no link is fast enough).
     """
     m = model(mdl)
-    p = _int("prefix_len", prefix_len, 1)
-    lat = _nonneg("latency_s", latency_s)
+    p = integer("prefix_len", prefix_len, 1)
+    lat = real("latency_s", latency_s, 0)
     t = recompute_time_s(
         m, chip, p, suffix_len=suffix_len, **_pass_kw(tp, mfu, weight_dtype, compute_dtype, kv_dtype)
     )
@@ -404,8 +382,8 @@ def achieved_flops_per_s(
     chip: str | GPU, tp: int = 1, compute_dtype: str = "bf16", mfu: float = 1.0
 ) -> float:
     """Prefill FLOP/s a replica of ``tp`` GPUs sustains: C = tp x dense peak(compute_dtype) x mfu."""
-    tp = _int("tp", tp, 1)
-    return tp * gpu(chip).peak_flops(compute_dtype) * _fraction("mfu", mfu)
+    tp = integer("tp", tp, 1)
+    return tp * gpu(chip).peak_flops(compute_dtype) * fraction("mfu", mfu, allow_zero=False)
 
 
 def breakeven_bandwidth_closed_form(
@@ -455,10 +433,8 @@ def breakeven_prefix_tokens_closed_form(
     m = model(mdl)
     tp = _tp(m, tp)
     c = achieved_flops_per_s(chip, tp, compute_dtype, mfu)
-    w = float(bandwidth)
-    if not (math.isfinite(w) and w > 0):
-        raise ValueError(f"bandwidth must be a finite number > 0 bytes/s, got {bandwidth!r}")
-    t0 = _nonneg("latency_s", latency_s)
+    w = real("bandwidth", bandwidth, 0, low_open=True, unit="bytes/s")
+    t0 = real("latency_s", latency_s, 0)
     a_coef = m.attention_flops_per_token(1) / (2 * c)
     b_coef = (m.weight_flops_per_token() + m.attention_flops_per_token(1) / 2) / c - (
         m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp) / w
@@ -539,7 +515,7 @@ def breakeven_prefix_tokens(
     """
     t = _as_tier(tier, chip)
     kw = dict(suffix_len=suffix_len, **_pass_kw(tp, mfu, weight_dtype, compute_dtype, kv_dtype))
-    limit = _int("max_tokens", max_tokens, 1)
+    limit = integer("max_tokens", max_tokens, 1)
 
     def fetch_wins(p: int) -> bool:
         return fetch_time_s(mdl, p, t, tp=tp, kv_dtype=kv_dtype) < recompute_time_s(
@@ -571,9 +547,9 @@ def unrelated_trace(
 
     With vocabulary V, two prompts share a first token with probability 1/V (the only hits).
     """
-    n = _int("num_requests", num_requests, 1)
-    length = _int("prompt_tokens", prompt_tokens, 1)
-    v = _int("vocab_size", vocab_size, 1)
+    n = integer("num_requests", num_requests, 1)
+    length = integer("prompt_tokens", prompt_tokens, 1)
+    v = integer("vocab_size", vocab_size, 1)
     rng = np.random.default_rng(seed)
     return [tuple(row) for row in rng.integers(0, v, (n, length)).tolist()]
 
@@ -599,10 +575,10 @@ def workload_trace(
     """
     if kind not in WORKLOADS:
         raise ValueError(f"kind must be one of {', '.join(WORKLOADS)}, got {kind!r}")
-    n = _int("num_requests", num_requests, 1)
-    s = _int("system_prompt_tokens", system_prompt_tokens, 0)
-    k = _int("turn_tokens", turn_tokens, 1)
-    turns = _int("num_turns", num_turns, 1)
+    n = integer("num_requests", num_requests, 1)
+    s = integer("system_prompt_tokens", system_prompt_tokens, 0)
+    k = integer("turn_tokens", turn_tokens, 1)
+    turns = integer("num_turns", num_turns, 1)
     if kind == "unrelated":
         return unrelated_trace(n, s + k, vocab_size=vocab_size, seed=seed)
     if kind == "shared_prompt":
@@ -666,9 +642,9 @@ def simulate_radix_hits(
     reqs = [tuple(r) for r in requests]
     if not reqs:
         raise ValueError("requests must hold at least one token sequence")
-    scale = _int("token_scale", token_scale, 1)
+    scale = integer("token_scale", token_scale, 1)
     unbounded = num_slots is None
-    slots = (sum(len(r) for r in reqs) or 1) if unbounded else _int("num_slots", num_slots, 1)
+    slots = (sum(len(r) for r in reqs) or 1) if unbounded else integer("num_slots", num_slots, 1)
     cache = RadixCache(slots)
     hits, prompts, peak, evicted = [], [], 0, 0
     for r in reqs:
@@ -728,9 +704,9 @@ def shared_prompt_hit_rate(num_requests: int, system_prompt_tokens: int, user_to
 
     hit rate = (n - 1) S / (n (S + U)).
     """
-    n = _int("num_requests", num_requests, 1)
-    s = _int("system_prompt_tokens", system_prompt_tokens, 0)
-    u = _int("user_tokens", user_tokens, 0)
+    n = integer("num_requests", num_requests, 1)
+    s = integer("system_prompt_tokens", system_prompt_tokens, 0)
+    u = integer("user_tokens", user_tokens, 0)
     return 0.0 if s + u == 0 else (n - 1) * s / (n * (s + u))
 
 
@@ -760,10 +736,10 @@ def chat_prefix_accounting(
     (turn t re-reads turn t - 1 whole; each conversation's first turn hits only the system
     prompt, the very first request nothing); unique = S + C T k.
     """
-    c = _int("num_conversations", num_conversations, 1)
-    t = _int("num_turns", num_turns, 1)
-    s = _int("system_prompt_tokens", system_prompt_tokens, 0)
-    k = _int("user_tokens", user_tokens, 0) + _int("reply_tokens", reply_tokens, 0)
+    c = integer("num_conversations", num_conversations, 1)
+    t = integer("num_turns", num_turns, 1)
+    s = integer("system_prompt_tokens", system_prompt_tokens, 0)
+    k = integer("user_tokens", user_tokens, 0) + integer("reply_tokens", reply_tokens, 0)
     prompt = c * (t * s + k * t * (t + 1) // 2)
     hits = (c - 1) * s + c * ((t - 1) * s + k * t * (t - 1) // 2)
     return PrefixAccounting(hits, prompt, s + c * t * k)
@@ -803,8 +779,8 @@ def prefill_savings(
     without = with_ = 0.0
     t_without = t_with = 0
     for length, hit in zip(prompt_lens, hit_lens, strict=True):
-        length = _int("prompt length", length, 0)
-        hit = _int("hit length", hit, 0)
+        length = integer("prompt length", length, 0)
+        hit = integer("hit length", hit, 0)
         if hit > length:
             raise ValueError(f"a hit ({hit}) cannot exceed its prompt ({length})")
         if length == 0:
@@ -849,7 +825,7 @@ def render_radix_tree(cache: RadixCache, *, max_tokens_shown: int = 8) -> list[s
     """
     if not isinstance(cache, RadixCache):
         raise ValueError(f"cache must be a RadixCache, got {type(cache).__name__}")
-    _int("max_tokens_shown", max_tokens_shown, 1)
+    max_tokens_shown = integer("max_tokens_shown", max_tokens_shown, 1)
     lines = [
         f"root ({cache.num_cached_tokens} cached, {cache.num_free_slots} free of {cache.num_slots})"
     ]
@@ -985,8 +961,8 @@ def replay_radix(
     Failures (OutOfSlots, unlocking an unlocked node) are reported in the step's result, not
     raised, so a reader can see them.
     """
-    n = _int("num_slots", num_slots, 1)
-    upto = len(ops) if upto is None else min(_int("upto", upto, 0), len(ops))
+    n = integer("num_slots", num_slots, 1)
+    upto = len(ops) if upto is None else min(integer("upto", upto, 0), len(ops))
     cache = RadixCache(n)
     returned: dict[int, RadixNode] = {}
 
@@ -1060,7 +1036,7 @@ class DefectiveRadixCache(RadixCache):
     def evict(self, num_tokens: int) -> int:
         if self.defect != "evict_ignores_pins":
             return super().evict(num_tokens)
-        _int("num_tokens", num_tokens, 0)
+        num_tokens = integer("num_tokens", num_tokens, 0)
         heap = [
             (n.last_access, n.node_id, n) for n in self.nodes() if not n.children
         ]  # BUG: no lock check
@@ -1135,10 +1111,10 @@ def radix_oracle_check(
     reqs = [tuple(r) for r in requests]
     if not reqs or any(not r for r in reqs):
         raise ValueError("requests must be non-empty token sequences")
-    run = _int("running", running, 1)
-    limit = _int("max_violations", max_violations, 1)
+    run = integer("running", running, 1)
+    limit = integer("max_violations", max_violations, 1)
     unbounded = num_slots is None
-    slots = sum(len(r) for r in reqs) if unbounded else _int("num_slots", num_slots, 1)
+    slots = sum(len(r) for r in reqs) if unbounded else integer("num_slots", num_slots, 1)
     cache = cache_factory(slots)
     owner: dict[int, int] = {}  # slot -> id of the token prefix its KV was filled with
     prefix_ids = _PrefixIds()
@@ -1239,9 +1215,7 @@ def truncated_hash(bits: int) -> BlockHashFn:
 
     With 2^bits values, collisions among n blocks become likely near n ~ 2^(bits/2).
     """
-    b = _int("bits", bits, 1)
-    if b > 64:
-        raise ValueError(f"bits must be <= 64 (hash_block gives 64), got {b}")
+    b = integer("bits", bits, 1, 64, unit="(hash_block gives 64)")
     mask = (1 << b) - 1
 
     def weak(parent: int | None, block_tokens: tuple[int, ...]) -> int:
@@ -1276,8 +1250,8 @@ def find_colliding_block(
     target_block = tuple(block_tokens)
     if not target_block:
         raise ValueError("block_tokens must hold at least one token")
-    tries = _int("max_tries", max_tries, 1)
-    v = _int("vocab_size", vocab_size, 2)
+    tries = integer("max_tries", max_tries, 1)
+    v = integer("vocab_size", vocab_size, 2)
     target = hash_fn(parent_hash, target_block)
     rng = np.random.default_rng(seed)
     batch = 4096
@@ -1293,8 +1267,8 @@ def find_colliding_block(
 
 def birthday_collision_probability(num_items: float, hash_bits: int) -> float:
     """P(at least two of n items share a hash of b bits) ~ 1 - exp(-n (n - 1) / 2^(b + 1))."""
-    n = _nonneg("num_items", num_items)
-    b = _int("hash_bits", hash_bits, 1)
+    n = real("num_items", num_items, 0)
+    b = integer("hash_bits", hash_bits, 1)
     return -math.expm1(-n * (n - 1) / 2.0 ** (b + 1))
 
 
@@ -1376,7 +1350,7 @@ def run_block_cache(
     O(cache) scan per request) the most stranded blocks seen."""
     if not isinstance(verify_on_hit, bool):
         raise ValueError(f"verify_on_hit must be True or False, got {verify_on_hit!r}")
-    run = _int("running", running, 1)
+    run = integer("running", running, 1)
     cache = PrefixBlockCache(
         num_blocks,
         block_size,
@@ -1418,7 +1392,7 @@ def kv_block_bytes(
     tp = 1 gives the whole replica's block (all layers, all KV heads); tp > 1 one GPU's share.
     """
     m = model(mdl)
-    bs = _int("block_size", block_size, 1)
+    bs = integer("block_size", block_size, 1)
     return bs * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, _tp(m, tp))
 
 
@@ -1438,7 +1412,7 @@ def kv_pool_blocks(
     weights alone do not fit."""
     m, g = model(mdl), gpu(chip)
     tp = _tp(m, tp)
-    util = _fraction("memory_utilization", memory_utilization)
+    util = fraction("memory_utilization", memory_utilization, allow_zero=False)
     free = kv_free_bytes_per_gpu(m, g, tp, weight_dtype, util)
     if free <= 0:
         raise ValueError(

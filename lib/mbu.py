@@ -12,11 +12,11 @@ datasheet bandwidth of every GPU in the replica, in the same byte unit as the nu
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from lib.dtypes import bytes_per_element
 from lib.hardware import gpu
+from lib.inputs import fraction, integer, real
 from lib.models import Model, model
 from lib.roofline import lookup_bytes_read, weight_bytes_read_per_step, weight_bytes_streamed
 from lib.tpdecode import DecodeStep, kv_read_fraction
@@ -25,17 +25,9 @@ from lib.units import GB, GiB
 
 def mbu(bytes_per_step: float, step_s: float, peak_bandwidth: float) -> float:
     """bytes / step_s / peak_bandwidth (all in bytes and seconds; peak is the whole replica's)."""
-    for name, v in (
-        ("bytes_per_step", bytes_per_step),
-        ("step_s", step_s),
-        ("peak_bandwidth", peak_bandwidth),
-    ):
-        if not (isinstance(v, int | float) and math.isfinite(v)):
-            raise ValueError(f"{name} must be a finite number, got {v!r}")
-    if bytes_per_step < 0:
-        raise ValueError(f"bytes_per_step must be >= 0, got {bytes_per_step}")
-    if step_s <= 0 or peak_bandwidth <= 0:
-        raise ValueError(f"step_s and peak_bandwidth must be > 0, got {step_s}, {peak_bandwidth}")
+    real("bytes_per_step", bytes_per_step, 0)
+    real("step_s", step_s, 0, low_open=True)
+    real("peak_bandwidth", peak_bandwidth, 0, low_open=True)
     return bytes_per_step / step_s / peak_bandwidth
 
 
@@ -72,9 +64,8 @@ def step_bytes(
     (MLA's latent is read by every rank; GQA heads are replicated once tp exceeds them).
     """
     m = model(mdl)
-    for name, v, low in (("batch", batch, 1), ("context", context, 0), ("tp", tp, 1)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+    batch, context = integer("batch", batch, 1), integer("context", context, 0)
+    tp = integer("tp", tp, 1)
     kv = batch * context * m.kv_bytes_per_token(kv_dtype)
     return StepBytes(
         weights=weight_bytes_read_per_step(m, batch, weight_dtype),
@@ -106,12 +97,8 @@ class Scenario:
             bytes_per_element(self.weight_dtype),
             bytes_per_element(self.kv_dtype),
         )
-        if not (
-            isinstance(self.step_s, int | float) and self.step_s > 0 and math.isfinite(self.step_s)
-        ):
-            raise ValueError(f"step_s must be > 0 seconds, got {self.step_s!r}")
-        if not (isinstance(self.busy_fraction, int | float) and 0 < self.busy_fraction <= 1):
-            raise ValueError(f"busy_fraction must be in (0, 1], got {self.busy_fraction!r}")
+        real("step_s", self.step_s, 0, low_open=True, unit="seconds")
+        fraction("busy_fraction", self.busy_fraction, allow_zero=False)
 
     @property
     def bytes(self) -> StepBytes:
@@ -311,8 +298,7 @@ def diagnose(step: DecodeStep, measured_mbu: float) -> Diagnosis:
     buckets = the modelled overheads of ``step``, replicated KV reads first;
     residual = measured - floor - sum(buckets) (what the priors do not explain: the profile's job).
     """
-    if not (isinstance(measured_mbu, int | float) and 0 < measured_mbu <= 1):
-        raise ValueError(f"measured_mbu must be in (0, 1], got {measured_mbu!r}")
+    fraction("measured_mbu", measured_mbu, allow_zero=False)
     b = step.buckets
     buckets = {
         "kv_replication": b["kv_cache"] - b["kv_cache"] / step.kv_copies,

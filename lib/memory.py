@@ -32,6 +32,7 @@ from types import MappingProxyType
 from lib._data import load_yaml
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
+from lib.inputs import fraction, integer, real
 from lib.models import Model, model
 from lib.roofline import kv_shard_fraction
 from lib.units import GiB
@@ -84,43 +85,20 @@ def fact_source(name: str) -> str:
 # ---- validation ---------------------------------------------------------------------------
 
 
-def _pos_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def _nonneg(name: str, value) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def _fraction(name: str, value, allow_zero: bool = False) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not ((0 <= value if allow_zero else 0 < value) and value <= 1):
-        interval = "[0, 1]" if allow_zero else "(0, 1]"
-        raise ValueError(f"{name} must be in {interval}, got {value!r}")
-    return float(value)
-
-
-def _check_tp(m: Model, tp: int) -> None:
-    _pos_int("tp", tp)
+def _check_tp(m: Model, tp: int) -> int:
+    tp = integer("tp", tp, 1)
     if m.num_attention_heads % tp:
         raise ValueError(
             f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
         )
+    return tp
 
 
-def _check_pp(m: Model, pp: int) -> None:
-    _pos_int("pp", pp)
+def _check_pp(m: Model, pp: int) -> int:
+    pp = integer("pp", pp, 1)
     if pp > m.num_layers:
         raise ValueError(f"pp={pp} cannot exceed the {m.num_layers} layers of {m.key}")
+    return pp
 
 
 def _stage_layer_fraction(m: Model, pp: int) -> float:
@@ -164,21 +142,17 @@ def kv_bytes_per_token_formula(
     Feeding ``num_attention_heads`` instead of ``num_key_value_heads`` is the classic mistake:
     for a GQA model it overstates the cache by the group size (8x for Llama 3.1 70B).
     """
-    for name, v in (
-        ("num_layers", num_layers),
-        ("num_kv_heads", num_kv_heads),
-        ("head_dim", head_dim),
-    ):
-        _pos_int(name, v)
-    if not (isinstance(bytes_per_value, int | float) and bytes_per_value > 0):
-        raise ValueError(f"bytes_per_value must be > 0, got {bytes_per_value!r}")
+    num_layers = integer("num_layers", num_layers, 1)
+    num_kv_heads = integer("num_kv_heads", num_kv_heads, 1)
+    head_dim = integer("head_dim", head_dim, 1)
+    real("bytes_per_value", bytes_per_value, 0, low_open=True)
     return 2.0 * num_layers * num_kv_heads * head_dim * bytes_per_value
 
 
 def kv_bytes_per_sequence(mdl: str | Model, context: int, kv_dtype: str = "bf16") -> float:
     """KV-cache bytes of one sequence of ``context`` tokens, whole model, one copy: context x bytes/token."""
     m = model(mdl)
-    _pos_int("context", context)
+    context = integer("context", context, 1)
     return context * m.kv_bytes_per_token(kv_dtype)
 
 
@@ -196,8 +170,8 @@ def weight_bytes_per_gpu(
     rest (FFN / experts, embeddings, head) is split: A b / pp + (W - A) b / (tp pp).
     """
     m = model(mdl)
-    _check_tp(m, tp)
-    _check_pp(m, pp)
+    tp = _check_tp(m, tp)
+    pp = _check_pp(m, pp)
     b = bytes_per_element(weight_dtype)
     total = m.params_total * b
     if not dp_attention:
@@ -229,8 +203,8 @@ def activation_peak_bytes(
     :func:`sampler_bytes`).
     """
     m = model(mdl)
-    _pos_int("tokens", tokens)
-    _check_tp(m, tp)
+    tokens = integer("tokens", tokens, 1)
+    tp = _check_tp(m, tp)
     b = bytes_per_element(act_dtype)
     d = m.hidden_size
     heads = m.num_attention_heads // tp
@@ -253,7 +227,7 @@ def logits_bytes(mdl: str | Model, rows: int, dtype: str = "fp32") -> float:
     which holds all of them (vLLM upcasts to FP32 for sampling).
     """
     m = model(mdl)
-    _pos_int("rows", rows)
+    rows = integer("rows", rows, 1)
     return rows * m.vocab_size * bytes_per_element(dtype)
 
 
@@ -264,11 +238,9 @@ def sampler_bytes(mdl: str | Model, rows: int, bytes_per_entry: float | None = N
     max_num_seqs for decode, or every prompt token when prompt logprobs are requested.
     """
     m = model(mdl)
-    _pos_int("rows", rows)
+    rows = integer("rows", rows, 1)
     per = fact("sampler_bytes_per_vocab_entry") if bytes_per_entry is None else bytes_per_entry
-    if not (isinstance(per, int | float) and per > 0):
-        raise ValueError(f"bytes_per_entry must be > 0, got {per!r}")
-    return rows * m.vocab_size * float(per)
+    return rows * m.vocab_size * real("bytes_per_entry", per, 0, low_open=True)
 
 
 def cuda_graph_bytes(
@@ -288,9 +260,9 @@ def cuda_graph_bytes(
     n = fact("cuda_graph_capture_sizes") if capture_sizes is None else capture_sizes
     top = fact("cuda_graph_max_capture_size") if max_capture_size is None else max_capture_size
     per = fact("cuda_graph_bytes_per_capture") if bytes_per_capture is None else bytes_per_capture
-    _pos_int("capture_sizes", n)
-    _pos_int("max_capture_size", top)
-    _nonneg("bytes_per_capture", per)
+    n = integer("capture_sizes", n, 1)
+    top = integer("max_capture_size", top, 1)
+    real("bytes_per_capture", per, 0)
     return activation_peak_bytes(mdl, top, tp, act_dtype) + n * per
 
 
@@ -309,7 +281,7 @@ def nccl_buffer_bytes(
     user buffers and allocates per collective size, which is why engines measure instead.
     """
     g = gpu(chip)
-    _pos_int("tp", tp)
+    tp = integer("tp", tp, 1)
     if tp == 1:
         return 0.0
     ch = fact("nccl_channels") if channels is None else channels
@@ -318,8 +290,8 @@ def nccl_buffer_bytes(
         if connections_per_channel is None
         else connections_per_channel
     )
-    _pos_int("channels", ch)
-    _pos_int("connections_per_channel", conn)
+    ch = integer("channels", ch, 1)
+    conn = integer("connections_per_channel", conn, 1)
     per_connection = (
         fact("nccl_buffsize_bytes")
         + fact("nccl_ll128_buffsize_bytes")
@@ -336,7 +308,7 @@ def non_torch_bytes(tp: int) -> float:
     8x H200 with NVLS; linear in tp between them and flat beyond 8 (an assumption: per-rank
     buffers depend on the local peers, not the group size).
     """
-    _pos_int("tp", tp)
+    tp = integer("tp", tp, 1)
     lo, hi = fact("non_torch_tp1_gib"), fact("non_torch_tp8_gib")
     return (lo + (hi - lo) * min(tp - 1, 7) / 7) * GiB
 
@@ -352,9 +324,9 @@ def fragmentation_bytes(transient_bytes: float, fraction: float | None = None) -
     The engine sizes the KV cache from the peak of *allocated* bytes; the caching allocator's
     *reserved* peak is larger by this much, and it comes out of the headroom.
     """
-    _nonneg("transient_bytes", transient_bytes)
+    real("transient_bytes", transient_bytes, 0)
     f = fact("fragmentation_fraction") if fraction is None else fraction
-    return transient_bytes * _fraction("fragmentation_fraction", f, allow_zero=True)
+    return transient_bytes * real("fragmentation_fraction", f, 0, 1)
 
 
 # ---- 2. placement -------------------------------------------------------------------------
@@ -412,9 +384,9 @@ def kv_placement(
     tp x s. Data-parallel attention: each rank keeps whole tokens of its own sequences (copies 1).
     """
     m = model(mdl)
-    _check_tp(m, tp)
-    _check_pp(m, pp)
-    _pos_int("dcp", dcp)
+    tp = _check_tp(m, tp)
+    pp = _check_pp(m, pp)
+    dcp = integer("dcp", dcp, 1)
     per_token = m.kv_bytes_per_token(kv_dtype)
     stage = _stage_layer_fraction(m, pp)
     if dp_attention:
@@ -461,9 +433,9 @@ def kv_free_bytes_per_gpu(
     The numerator of :func:`kv_capacity_tokens`, where the terms are defined.
     """
     m, g = model(mdl), gpu(chip)
-    u = _fraction("memory_utilization", memory_utilization)
-    reserve = _nonneg("reserve_bytes", reserve_bytes)
-    mem = g.memory_bytes if memory_bytes is None else _nonneg("memory_bytes", memory_bytes)
+    u = fraction("memory_utilization", memory_utilization, allow_zero=False)
+    reserve = real("reserve_bytes", reserve_bytes, 0)
+    mem = g.memory_bytes if memory_bytes is None else real("memory_bytes", memory_bytes, 0)
     return u * mem - weight_bytes_per_gpu(m, tp, weight_dtype) - reserve
 
 
@@ -522,7 +494,7 @@ def kv_capacity_sequences(
     do not fit.
     """
     m, g = model(mdl), gpu(chip)
-    ctx = _pos_int("context", context)
+    ctx = integer("context", context, 1)
     free = kv_free_bytes_per_gpu(m, g, tp, weight_dtype, memory_utilization, reserve_bytes)
     if free < 0:
         _raise_weights_do_not_fit(m, g, tp, weight_dtype, memory_utilization, reserve_bytes)
@@ -631,12 +603,12 @@ class MemoryBudget:
 
     def blocks_per_sequence(self, context: int) -> int:
         """ceil(context / block size): a partly filled last block still takes a whole block."""
-        _pos_int("context", context)
+        context = integer("context", context, 1)
         return math.ceil(context / self.block_size)
 
     def max_concurrency(self, context: int) -> float:
         """vLLM's 'maximum concurrency for context tokens per request': blocks x size / context."""
-        _pos_int("context", context)
+        context = integer("context", context, 1)
         return self.token_capacity / context
 
     def max_sequences(self, context: int) -> int:
@@ -691,7 +663,8 @@ def memory_budget(
     utilization (0.9), W weights per GPU, A the activation peak at ``max_num_batched_tokens``,
     S the sampler at ``sampler_rows`` (default max_num_seqs) rows, w the attention workspace,
     N the non-torch memory (NCCL ...), G the CUDA graphs when the engine estimates them
-    (vLLM >= 0.21). The CUDA context C, fragmentation F (and G when not estimated) must fit in
+    (logged as vLLM's default since v0.21.0, a disputed default; G itself is
+    :func:`cuda_graph_bytes`, our model). The CUDA context C, fragmentation F (and G when not estimated) must fit in
     (1 - u) x M. Blocks = floor(KV / (block size x KV bytes per token per GPU)). Defaults from
     ``data/serving_memory.yaml``; MLA models default to 64-token blocks (FlashMLA). The
     ``*_override`` arguments take what an engine logged instead of the model. Raises
@@ -699,33 +672,35 @@ def memory_budget(
     """
     m, g = model(mdl), gpu(chip)
     placement = kv_placement(m, tp, kv_dtype, pp, dcp, dp_attention)
-    u = _fraction(
+    u = fraction(
         "gpu_memory_utilization",
         fact("gpu_memory_utilization")
         if gpu_memory_utilization is None
         else gpu_memory_utilization,
+        allow_zero=False,
     )
     dflt_tokens, dflt_seqs = _default_batch_limits(g)
-    tokens = _pos_int(
+    tokens = integer(
         "max_num_batched_tokens",
         dflt_tokens if max_num_batched_tokens is None else max_num_batched_tokens,
+        1,
     )
-    seqs = _pos_int("max_num_seqs", dflt_seqs if max_num_seqs is None else max_num_seqs)
+    seqs = integer("max_num_seqs", dflt_seqs if max_num_seqs is None else max_num_seqs, 1)
     if block_size is None:
         block_size = fact("mla_block_size_flashmla") if m.is_mla else fact("block_size")
-    _pos_int("block_size", block_size)
-    rows = _pos_int("sampler_rows", min(seqs, tokens) if sampler_rows is None else sampler_rows)
+    block_size = integer("block_size", block_size, 1)
+    rows = integer("sampler_rows", min(seqs, tokens) if sampler_rows is None else sampler_rows, 1)
     activations = (
         activation_peak_bytes(m, tokens, tp, act_dtype)
         if activation_bytes_override is None
-        else _nonneg("activation_bytes_override", activation_bytes_override)
+        else real("activation_bytes_override", activation_bytes_override, 0)
     )
     sampler = sampler_bytes(m, rows, sampler_bytes_per_entry)
     if cuda_graphs:
         graphs = (
             cuda_graph_bytes(m, tp, act_dtype=act_dtype)
             if cuda_graph_bytes_override is None
-            else _nonneg("cuda_graph_bytes_override", cuda_graph_bytes_override)
+            else real("cuda_graph_bytes_override", cuda_graph_bytes_override, 0)
         )
     else:
         graphs = 0.0
@@ -733,7 +708,7 @@ def memory_budget(
         "cuda_context": (
             cuda_context_bytes()
             if cuda_context_bytes_override is None
-            else _nonneg("cuda_context_bytes_override", cuda_context_bytes_override)
+            else real("cuda_context_bytes_override", cuda_context_bytes_override, 0)
         ),
         "weights": weight_bytes_per_gpu(m, tp, weight_dtype, pp, dp_attention),
         "activations": activations,
@@ -741,12 +716,12 @@ def memory_budget(
         "attention_workspace": (
             fact("flashinfer_workspace_bytes")
             if attention_workspace_bytes is None
-            else _nonneg("attention_workspace_bytes", attention_workspace_bytes)
+            else real("attention_workspace_bytes", attention_workspace_bytes, 0)
         ),
         "non_torch": (
             non_torch_bytes(tp * pp)
             if non_torch_bytes_override is None
-            else _nonneg("non_torch_bytes_override", non_torch_bytes_override)
+            else real("non_torch_bytes_override", non_torch_bytes_override, 0)
         ),
         "cuda_graphs": graphs,
         "fragmentation": fragmentation_bytes(activations + sampler, fragmentation_fraction),
@@ -869,9 +844,9 @@ def deployment(
     Raises ValueError when tp x pp does not divide n_gpus or a replica's GPUs cannot hold the weights.
     """
     m = model(mdl)
-    _pos_int("n_gpus", n_gpus)
-    _check_tp(m, tp)
-    _check_pp(m, pp)
+    n_gpus = integer("n_gpus", n_gpus, 1)
+    tp = _check_tp(m, tp)
+    pp = _check_pp(m, pp)
     if n_gpus % (tp * pp):
         raise ValueError(f"tp x pp = {tp * pp} must divide n_gpus = {n_gpus}")
     budget = memory_budget(
@@ -897,9 +872,9 @@ def deployment(
 
 def gpu_hour_cost(n_gpu_equivalents: float, usd_per_gpu_hour: float | None = None) -> float:
     """US dollars per hour of ``n_gpu_equivalents`` GPUs: n x price (price an assumption)."""
-    _nonneg("n_gpu_equivalents", n_gpu_equivalents)
+    real("n_gpu_equivalents", n_gpu_equivalents, 0)
     price = fact("gpu_hour_usd") if usd_per_gpu_hour is None else usd_per_gpu_hour
-    return n_gpu_equivalents * _nonneg("usd_per_gpu_hour", price)
+    return n_gpu_equivalents * real("usd_per_gpu_hour", price, 0)
 
 
 # ---- 4. long context ----------------------------------------------------------------------
@@ -921,10 +896,10 @@ def prefill_chunk_step_s(
     budget stops bounding the step time once p passes 2N / a (the attention crossover).
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
-    c = _pos_int("chunk_tokens", chunk_tokens)
-    p = _nonneg("position", position)
-    u = _fraction("mfu", mfu)
+    tp = _check_tp(m, tp)
+    c = integer("chunk_tokens", chunk_tokens, 1)
+    p = real("position", position, 0)
+    u = fraction("mfu", mfu, allow_zero=False)
     flops = c * m.weight_flops_per_token() + m.attention_flops_per_token(1) * (
         c * p + c * (c + 1) / 2
     )
@@ -936,7 +911,7 @@ def capacity_break_context(budget: MemoryBudget, target_sequences: int) -> int:
 
     Rounded down to whole blocks, since each sequence takes ceil(L / block) blocks.
     """
-    _pos_int("target_sequences", target_sequences)
+    target_sequences = integer("target_sequences", target_sequences, 1)
     blocks_each = budget.num_blocks // target_sequences
     if blocks_each < 1:
         raise ValueError(
@@ -958,7 +933,8 @@ def scheduler_break_context(budget: MemoryBudget, share: float | None = None) ->
     has free waits at the head of the queue (FCFS), blocking everyone behind it, or forces
     preemption as it grows.
     """
-    s = _fraction("share", fact("headroom_fraction_for_admission") if share is None else share)
+    share = fact("headroom_fraction_for_admission") if share is None else share
+    s = fraction("share", share, allow_zero=False)
     return int(s * budget.num_blocks) * budget.block_size
 
 
@@ -981,13 +957,13 @@ def capped_long_prefill_s(
     requests share every step (no head-of-line wait) and stretches the long request's TTFT.
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
-    p_len = _pos_int("prompt_len", prompt_len)
-    cap = _pos_int("cap_tokens", cap_tokens)
-    budget = _pos_int("step_tokens", step_tokens)
+    tp = _check_tp(m, tp)
+    p_len = integer("prompt_len", prompt_len, 1)
+    cap = integer("cap_tokens", cap_tokens, 1)
+    budget = integer("step_tokens", step_tokens, 1)
     if cap > budget:
         raise ValueError(f"cap_tokens={cap} cannot exceed step_tokens={budget}")
-    rate = tp * g.peak_flops(compute_dtype) * _fraction("mfu", mfu)
+    rate = tp * g.peak_flops(compute_dtype) * fraction("mfu", mfu, allow_zero=False)
     other_per_token = m.weight_flops_per_token() / rate
     total, pos = 0.0, 0
     while pos < p_len:

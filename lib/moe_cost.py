@@ -24,6 +24,7 @@ import numpy as np
 from lib import roofline
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
+from lib.inputs import fraction, integer, real
 from lib.models import Model, model
 from lib.moe import expected_experts_touched
 
@@ -38,22 +39,9 @@ def _moe(mdl: str | Model) -> Model:
     return m
 
 
-def _check_experts(num_experts: int, experts_per_token: int) -> None:
-    if not isinstance(num_experts, int | np.integer) or num_experts < 1:
-        raise ValueError(f"num_experts must be an integer >= 1, got {num_experts!r}")
-    if (
-        not isinstance(experts_per_token, int | np.integer)
-        or not 1 <= experts_per_token <= num_experts
-    ):
-        raise ValueError(
-            f"experts_per_token must be an integer in [1, {num_experts}], got {experts_per_token!r}"
-        )
-
-
-def _batch(batch) -> int:
-    if isinstance(batch, bool) or not isinstance(batch, int | np.integer) or batch < 1:
-        raise ValueError(f"batch must be an integer >= 1 token, got {batch!r}")
-    return int(batch)
+def _check_experts(num_experts: int, experts_per_token: int) -> tuple[int, int]:
+    num_experts = integer("num_experts", num_experts, 1)
+    return num_experts, integer("experts_per_token", experts_per_token, 1, num_experts)
 
 
 @functools.lru_cache(maxsize=64)
@@ -130,7 +118,7 @@ def moe_step_cost(
     bytes = non-expert weights + MoE layers x E[distinct experts](B) x expert bytes;
     FLOPs = B x 2 x active matmul params; time = max(bytes / W, FLOPs / P) per GPU.
     """
-    m, b = _moe(mdl), _batch(batch)
+    m, b = _moe(mdl), integer("batch", batch, 1, unit="tokens")
     step = roofline.decode_step(
         m, chip, tp=tp, batch=b, context=0, weight_dtype=weight_dtype, compute_dtype=compute_dtype
     )
@@ -149,11 +137,10 @@ def dense_step_cost(
     """Roofline cost of a dense decode step: bytes = params x b, FLOPs = 2 x matmul params x B.
 
     ``params``: the parameters the step streams (see :func:`dense_yardsticks`)."""
-    g, b = gpu(chip), _batch(batch)
+    g, b = gpu(chip), integer("batch", batch, 1, unit="tokens")
     if not (params > 0 and matmul_params > 0):
         raise ValueError(f"params and matmul_params must be > 0, got {params}, {matmul_params}")
-    if not isinstance(tp, int) or tp < 1:
-        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+    tp = integer("tp", tp, 1)
     nbytes = params * bytes_per_element(weight_dtype)
     flops = 2.0 * matmul_params * b
     t = roofline.roofline_time(flops / tp, nbytes / tp, g, compute_dtype)
@@ -264,9 +251,8 @@ def batch_for_expert_coverage(num_experts: int, experts_per_token: int, coverage
     Inverts E (1 - (1 - k/E)^B) = q E: B = ln(1 - q) / ln(1 - k/E). Returns 0 for q = 0 and
     math.inf for q = 1 (unless k = E, when one token reads everything: B = 1).
     """
-    _check_experts(num_experts, experts_per_token)
-    if not (math.isfinite(coverage) and 0 <= coverage <= 1):
-        raise ValueError(f"coverage must be in [0, 1], got {coverage}")
+    num_experts, experts_per_token = _check_experts(num_experts, experts_per_token)
+    fraction("coverage", coverage)
     if experts_per_token == num_experts:
         return 1.0 if coverage > 0 else 0.0
     if coverage == 1:
@@ -285,9 +271,8 @@ def zipf_inclusion_probabilities(
     pi_e proportional to (e + 1)^-skew, scaled so sum(pi) = k, each capped at 1 (the excess is
     spread over the uncapped experts until none exceeds 1). skew = 0 gives k / E each.
     """
-    _check_experts(num_experts, experts_per_token)
-    if not (math.isfinite(skew) and skew >= 0):
-        raise ValueError(f"skew (Zipf exponent) must be a finite number >= 0, got {skew}")
+    num_experts, experts_per_token = _check_experts(num_experts, experts_per_token)
+    real("skew", skew, 0, unit="(the Zipf exponent)")
     w = np.arange(1, num_experts + 1, dtype=float) ** (-float(skew))
     pi = np.zeros(num_experts)
     capped = np.zeros(num_experts, dtype=bool)
@@ -321,8 +306,7 @@ def expected_experts_touched_nonuniform(pi, batch: int) -> float:
     """E[distinct experts] for ``batch`` independent tokens with inclusion probabilities pi:
     sum_e (1 - (1 - pi_e)^B). Reduces to lib.moe's E (1 - (1 - k/E)^B) when pi_e = k / E."""
     p = _check_pi(pi)
-    if isinstance(batch, bool) or not isinstance(batch, int | np.integer) or batch < 0:
-        raise ValueError(f"batch must be an integer >= 0, got {batch!r}")
+    batch = integer("batch", batch, 0)
     return float(np.sum(1.0 - (1.0 - p) ** batch))
 
 
@@ -336,10 +320,8 @@ def simulate_routing(pi, batch: int, trials: int = 500, seed: int = 0) -> dict[s
     'mean_load': tokens per hit expert per step, 'load': tokens per expert per step (trials x E)}.
     """
     p = _check_pi(pi)
-    if isinstance(batch, bool) or not isinstance(batch, int | np.integer) or batch < 1:
-        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
-    if isinstance(trials, bool) or not isinstance(trials, int | np.integer) or trials < 1:
-        raise ValueError(f"trials must be an integer >= 1, got {trials!r}")
+    batch = integer("batch", batch, 1)
+    trials = integer("trials", trials, 1)
     e = p.size
     if trials * batch * e > 40_000_000:
         raise ValueError(

@@ -18,6 +18,7 @@ from lib._data import load_yaml
 from lib.comms import ring_allreduce_time_s
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
+from lib.inputs import fraction, integer, real
 from lib.memory import kv_capacity_sequences  # noqa: F401  (re-exported: the formula lives in lib.memory)
 from lib.models import Model, model
 from lib.roofline import (
@@ -35,24 +36,13 @@ def assumptions() -> dict:
     return {k: v["value"] for k, v in doc["assumptions"].items()}
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def _fraction(name: str, value: float) -> float:
-    if not (isinstance(value, int | float) and 0 < value <= 1):
-        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
-    return float(value)
-
-
-def _check_tp(m: Model, tp: int) -> None:
-    _positive_int("tp (n_gpus)", tp)
+def _check_tp(m: Model, tp: int) -> int:
+    tp = integer("tp (n_gpus)", tp, 1)
     if m.num_attention_heads % tp:
         raise ValueError(
             f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
         )
+    return tp
 
 
 # ---- the weight-matrix inventory ------------------------------------------------------
@@ -193,8 +183,7 @@ def kaplan_forward_flops_per_token(mdl: str | Model, n_ctx: int) -> float:
     the cost of one token that attends to ``n_ctx`` keys.
     """
     m = model(mdl)
-    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 0:
-        raise ValueError(f"n_ctx must be an integer >= 0 tokens, got {n_ctx!r}")
+    n_ctx = integer("n_ctx", n_ctx, 0, unit="tokens")
     n = m.matmul_params_active - m.vocab_size * m.hidden_size
     d_attn = (
         m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2
@@ -253,10 +242,10 @@ def prefill_estimate(
     memory_s = (weights read / n_gpus + KV written x shard fraction) / HBM bandwidth.
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, n_gpus)
-    _positive_int("prompt_len", prompt_len)
-    _positive_int("batch", batch)
-    _fraction("mfu", mfu)
+    n_gpus = _check_tp(m, n_gpus)
+    prompt_len = integer("prompt_len", prompt_len, 1)
+    batch = integer("batch", batch, 1)
+    fraction("mfu", mfu, allow_zero=False)
     tokens = prompt_len * batch
     flops_w = m.weight_flops_per_token() * tokens
     flops_a = (
@@ -295,10 +284,10 @@ def prefill_allreduce_s(
     2 x layers x (latency + 2 (tp - 1) / tp x bytes / (link bandwidth x bus_efficiency)).
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
-    _positive_int("prompt_len", prompt_len)
-    _positive_int("batch", batch)
-    _fraction("bus_efficiency", bus_efficiency)
+    tp = _check_tp(m, tp)
+    prompt_len = integer("prompt_len", prompt_len, 1)
+    batch = integer("batch", batch, 1)
+    fraction("bus_efficiency", bus_efficiency, allow_zero=False)
     if tp == 1:
         return 0.0
     if not g.scaleup_bandwidth:
@@ -320,8 +309,7 @@ def ttft_s(
     is added. Pass queue_s = 0 to state a TTFT with queueing excluded.
     """
     for name, v in (("queue_s", queue_s), ("comm_s", comm_s), ("overhead_s", overhead_s)):
-        if not (isinstance(v, int | float) and v >= 0 and math.isfinite(v)):
-            raise ValueError(f"{name} must be a finite number of seconds >= 0, got {v!r}")
+        real(name, v, 0, unit="seconds")
     return queue_s + estimate.time_s + comm_s + overhead_s
 
 
@@ -340,10 +328,9 @@ def prompt_len_for_time(
     (a = 0 without attention): P = (-(2N + a/2) + sqrt((2N + a/2)^2 + 2 a C)) / a.
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, n_gpus)
-    _fraction("mfu", mfu)
-    if not (isinstance(target_s, int | float) and target_s > 0 and math.isfinite(target_s)):
-        raise ValueError(f"target_s must be a finite number of seconds > 0, got {target_s!r}")
+    n_gpus = _check_tp(m, n_gpus)
+    fraction("mfu", mfu, allow_zero=False)
+    real("target_s", target_s, 0, low_open=True, unit="seconds")
     c = target_s * n_gpus * g.peak_flops(compute_dtype) * mfu
     two_n = m.weight_flops_per_token()
     a = m.attention_flops_per_token(1) if include_attention else 0.0
@@ -364,8 +351,7 @@ def mfu_for_time(
 ) -> float:
     """The fraction of peak a replica must sustain to prefill ``prompt_len`` tokens in ``target_s``:
     FLOPs / (target x n_gpus x peak). A value above 1 means the target is below the floor."""
-    if not (isinstance(target_s, int | float) and target_s > 0 and math.isfinite(target_s)):
-        raise ValueError(f"target_s must be a finite number of seconds > 0, got {target_s!r}")
+    real("target_s", target_s, 0, low_open=True, unit="seconds")
     est = prefill_estimate(
         mdl,
         chip,
@@ -444,10 +430,9 @@ def decode_intensity(
     context 0 this is the weight GEMMs alone: 2 N_matmul B / (N_total b), about B in BF16.
     """
     m = model(mdl)
-    _check_tp(m, tp)
-    _positive_int("batch", batch)
-    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
-        raise ValueError(f"context must be an integer >= 0 tokens, got {context!r}")
+    tp = _check_tp(m, tp)
+    batch = integer("batch", batch, 1)
+    context = integer("context", context, 0, unit="tokens")
     flops = batch * m.flops_per_token(context) / tp
     nbytes = weight_bytes_read_per_step(
         m, batch, weight_dtype
@@ -464,8 +449,8 @@ def decode_intensity_limit(
     intensity any batch reaches at ``context``.
     """
     m = model(mdl)
-    _check_tp(m, tp)
-    _positive_int("context", context)
+    tp = _check_tp(m, tp)
+    context = integer("context", context, 1)
     return (
         m.flops_per_token(context)
         / tp
@@ -492,9 +477,8 @@ def decode_ridge_batch(
     with the batch as more experts are touched).
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
-    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
-        raise ValueError(f"context must be an integer >= 0 tokens, got {context!r}")
+    tp = _check_tp(m, tp)
+    context = integer("context", context, 0, unit="tokens")
     per_seq = (
         m.flops_per_token(context) / tp / g.peak_flops(compute_dtype)
         - context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp) / g.memory_bandwidth
@@ -531,7 +515,7 @@ def max_context_for_ridge(
     key, k = KV bytes per token, s = shard fraction, R = ridge; math.inf if tp R k s <= a.
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
+    tp = _check_tp(m, tp)
     denom = tp * g.ridge_point(compute_dtype) * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(
         m, tp
     ) - m.attention_flops_per_token(1)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from lib.comms import ring_allreduce_time_s
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
+from lib.inputs import fraction, integer, real
 from lib.models import Model, model
 from lib.moe import expected_experts_touched
 
@@ -42,16 +43,10 @@ class RooflineTime:
         return arithmetic_intensity(self.flops, self.bytes)
 
 
-def _positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-
-
 def arithmetic_intensity(flops: float, bytes_moved: float) -> float:
     """FLOP per byte: F / B."""
-    _positive("bytes_moved", bytes_moved)
-    if flops < 0:
-        raise ValueError(f"flops must be >= 0, got {flops}")
+    real("bytes_moved", bytes_moved, 0, low_open=True)
+    real("flops", flops, 0)
     return flops / bytes_moved
 
 
@@ -101,11 +96,11 @@ def gemm_crossover_m(n: int, k: int, chip: str | GPU, dtype: str = "bf16") -> fl
     return r * b * k * n / denom
 
 
-def _check_tp(m: Model, tp: int) -> None:
-    if not isinstance(tp, int) or tp < 1:
-        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+def _check_tp(m: Model, tp: int) -> int:
+    tp = integer("tp", tp, 1)
     if m.num_attention_heads % tp:
         raise ValueError(f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}")
+    return tp
 
 
 def kv_shard_fraction(mdl: str | Model, tp: int) -> float:
@@ -115,7 +110,7 @@ def kv_shard_fraction(mdl: str | Model, tp: int) -> float:
     every rank (fraction 1).
     """
     m = model(mdl)
-    _check_tp(m, tp)
+    tp = _check_tp(m, tp)
     if m.is_mla:
         return 1.0
     return max(1.0 / tp, 1.0 / m.num_kv_heads)
@@ -196,7 +191,7 @@ def decode_step(mdl: str | Model, chip: str | GPU, tp: int = 1, batch: int = 1, 
     FLOPs = batch x (2N + attention at ``context``) / tp.
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
+    tp = _check_tp(m, tp)
     if context < 0:
         raise ValueError(f"context must be >= 0 tokens, got {context}")
     weights = weight_bytes_read_per_step(m, batch, weight_dtype) / tp
@@ -215,7 +210,7 @@ def prefill(mdl: str | Model, chip: str | GPU, prompt_len: int, tp: int = 1, bat
     not be the weights') x the shard fraction.
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
+    tp = _check_tp(m, tp)
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     flops = batch * m.prefill_flops(prompt_len) / tp
@@ -260,7 +255,7 @@ def fits_in_memory(mdl: str | Model, chip: str | GPU, tp: int = 1, weight_dtype:
                    kv_bytes_total: float = 0.0) -> tuple[bool, float]:
     """(fits, bytes per GPU) for weights / tp + the given KV bytes x shard fraction."""
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
+    tp = _check_tp(m, tp)
     per_gpu = m.weight_bytes(weight_dtype) / tp + kv_bytes_total * kv_shard_fraction(m, tp)
     return per_gpu <= g.memory_bytes, per_gpu
 
@@ -278,8 +273,7 @@ def decode_step_breakdown(mdl: str | Model, chip: str | GPU, tp: int = 1, batch:
     overhead; compute_excess: compute time beyond memory time, if any.
     """
     m, g = model(mdl), gpu(chip)
-    if not 0 < bandwidth_efficiency <= 1:
-        raise ValueError(f"bandwidth_efficiency must be in (0, 1], got {bandwidth_efficiency}")
+    fraction("bandwidth_efficiency", bandwidth_efficiency, allow_zero=False)
     if kernels_per_layer < 0 or launch_overhead_s < 0:
         raise ValueError("kernels_per_layer and launch_overhead_s must be >= 0")
     if tp > 1 and not g.scaleup_bandwidth:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lib.hardware import GPU, gpu
+from lib.inputs import fraction, integer, real
 from lib.memory import kv_capacity_sequences
 from lib.models import Model, model
 from lib.roofline import kv_shard_fraction, lookup_bytes_read, weight_bytes_streamed
@@ -36,34 +37,21 @@ from lib.roofline import kv_shard_fraction, lookup_bytes_read, weight_bytes_stre
 DEFAULT_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization (vLLM engine args docs)
 
 
-def _fraction(name: str, value: float, allow_zero: bool = False) -> float:
-    value = float(value)
-    ok = (0.0 <= value <= 1.0) if allow_zero else (0.0 < value <= 1.0)
-    if not ok or not math.isfinite(value):
-        interval = "[0, 1]" if allow_zero else "(0, 1]"
-        raise ValueError(f"{name} must be in {interval}, got {value}")
-    return value
-
-
-def _check_tp(m: Model, tp: int) -> None:
-    if not isinstance(tp, int | np.integer) or isinstance(tp, bool) or tp < 1:
-        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+def _check_tp(m: Model, tp: int) -> int:
+    tp = integer("tp", tp, 1)
     if m.num_attention_heads % tp:
         raise ValueError(
             f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
         )
+    return tp
 
 
 def _per_sequence_compute_s(
     m: Model, g: GPU, context: int, tp: int, compute_dtype: str, mfu: float
 ) -> float:
     """c_F: one sequence's FLOPs at ``context`` on one of ``tp`` GPUs at mfu x peak, seconds."""
-    return m.flops_per_token(context) / tp / (g.peak_flops(compute_dtype) * _fraction("mfu", mfu))
-
-
-def _check_context(context: int) -> None:
-    if not isinstance(context, int | np.integer) or isinstance(context, bool) or context < 0:
-        raise ValueError(f"context must be an integer >= 0 tokens, got {context!r}")
+    mfu = fraction("mfu", mfu, allow_zero=False)
+    return m.flops_per_token(context) / tp / (g.peak_flops(compute_dtype) * mfu)
 
 
 @dataclass(frozen=True)
@@ -82,9 +70,7 @@ class StepLine:
 
     def __post_init__(self):
         for name in ("fixed_s", "kv_s", "compute_s", "row_s"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0 seconds, got {v}")
+            real(name, getattr(self, name), 0, unit="seconds")
         if self.per_sequence_s <= 0:
             raise ValueError(
                 "the per-sequence cost kv_s + row_s + compute_s must be > 0 "
@@ -122,9 +108,7 @@ class StepLine:
 
     def batch_for_fraction(self, fraction: float) -> float:
         """Batch at which X(B) = fraction x ceiling: B = f / (1 - f) x t0 / c (f in (0, 1))."""
-        f = float(fraction)
-        if not 0 < f < 1:
-            raise ValueError(f"fraction of the ceiling must be in (0, 1), got {fraction}")
+        f = real("fraction", fraction, 0, 1, low_open=True, high_open=True, unit="(of the ceiling)")
         return f / (1 - f) * self.knee_batch
 
     def batch_for_step_time(self, max_step_s: float) -> float:
@@ -132,8 +116,7 @@ class StepLine:
 
         Raises ValueError when even an empty step (t0) exceeds the budget.
         """
-        if not (math.isfinite(max_step_s) and max_step_s > 0):
-            raise ValueError(f"max_step_s must be a finite number > 0 seconds, got {max_step_s}")
+        real("max_step_s", max_step_s, 0, low_open=True, unit="seconds")
         if max_step_s < self.fixed_s:
             raise ValueError(
                 f"a step budget of {max_step_s:.3g} s is below the weight-read floor "
@@ -162,10 +145,10 @@ def decode_step_line(
     Seconds. TP communication and launch overheads are not included (see I001).
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
-    _check_context(context)
-    eta_w = _fraction("bandwidth_efficiency", bandwidth_efficiency)
-    eta_p = _fraction("mfu", mfu)
+    tp = _check_tp(m, tp)
+    context = integer("context", context, 0, unit="tokens")
+    eta_w = fraction("bandwidth_efficiency", bandwidth_efficiency, allow_zero=False)
+    eta_p = fraction("mfu", mfu, allow_zero=False)
     bandwidth = g.memory_bandwidth * eta_w
     fixed = weight_bytes_streamed(m, weight_dtype) / tp / bandwidth
     row = lookup_bytes_read(m, 1, weight_dtype)
@@ -179,8 +162,8 @@ def kv_bytes_per_sequence_per_gpu(
 ) -> float:
     """KV-cache bytes one sequence of ``context`` tokens holds on each GPU: context x kv/token x shard."""
     m = model(mdl)
-    _check_tp(m, tp)
-    _check_context(context)
+    tp = _check_tp(m, tp)
+    context = integer("context", context, 0, unit="tokens")
     return context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp)
 
 
@@ -220,8 +203,8 @@ def compute_bound_batch(
     the tensor cores never set the ceiling).
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
-    _check_context(context)
+    tp = _check_tp(m, tp)
+    context = integer("context", context, 0, unit="tokens")
     per_seq_compute = _per_sequence_compute_s(m, g, context, tp, compute_dtype, mfu)
     margin = per_seq_compute - line.kv_s - line.row_s
     if margin <= 0:
@@ -249,9 +232,10 @@ def kv_compute_balance_context(
     read never catches up (attention intensity at or above the ridge, e.g. MLA at high head count).
     """
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
-    w = g.memory_bandwidth * _fraction("bandwidth_efficiency", bandwidth_efficiency)
-    p = tp * g.peak_flops(compute_dtype) * _fraction("mfu", mfu)
+    tp = _check_tp(m, tp)
+    eta_w = fraction("bandwidth_efficiency", bandwidth_efficiency, allow_zero=False)
+    w = g.memory_bandwidth * eta_w
+    p = tp * g.peak_flops(compute_dtype) * fraction("mfu", mfu, allow_zero=False)
     per_token_kv_s = m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp) / w
     per_token_attn_s = m.attention_flops_per_token(1) / p
     margin = per_token_kv_s - per_token_attn_s
@@ -271,9 +255,10 @@ def tensor_core_ceiling_tokens_per_s(
 ) -> float:
     """Tokens/s of a replica if only the tensor cores limited it: tp x P x mfu / FLOPs per token."""
     m, g = model(mdl), gpu(chip)
-    _check_tp(m, tp)
-    _check_context(context)
-    return tp * g.peak_flops(compute_dtype) * _fraction("mfu", mfu) / m.flops_per_token(context)
+    tp = _check_tp(m, tp)
+    context = integer("context", context, 0, unit="tokens")
+    mfu = fraction("mfu", mfu, allow_zero=False)
+    return tp * g.peak_flops(compute_dtype) * mfu / m.flops_per_token(context)
 
 
 def smallest_tp_that_fits(
@@ -290,9 +275,8 @@ def smallest_tp_that_fits(
     Raises ValueError when no tp up to ``max_tp`` works.
     """
     m, g = model(mdl), gpu(chip)
-    u = _fraction("memory_utilization", memory_utilization)
-    if kv_bytes_total < 0 or not math.isfinite(kv_bytes_total):
-        raise ValueError(f"kv_bytes_total must be a finite number >= 0 bytes, got {kv_bytes_total}")
+    u = fraction("memory_utilization", memory_utilization, allow_zero=False)
+    real("kv_bytes_total", kv_bytes_total, 0, unit="bytes")
     tp = 1
     while tp <= max_tp:
         if m.num_attention_heads % tp == 0:

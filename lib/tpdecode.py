@@ -28,6 +28,7 @@ from lib._data import load_yaml
 from lib.comms import ring_allreduce_bytes_per_gpu
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
+from lib.inputs import fraction, integer, real
 from lib.models import Model, model
 from lib.roofline import weight_bytes_read_per_step
 from lib.units import US
@@ -53,21 +54,6 @@ def _assumptions_doc() -> dict:
     return load_yaml("serving_assumptions.yaml")["assumptions"]
 
 
-def _check_int(name: str, value, low: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
-def _check_fraction(name: str, value: float) -> None:
-    if not (isinstance(value, int | float) and 0 < value <= 1):
-        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
-
-
-def _check_nonneg(name: str, value: float) -> None:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-
-
 # ---- all-reduce latency per call -----------------------------------------------------------
 
 
@@ -82,7 +68,7 @@ def allreduce_latency_s(n_gpus: int, algorithm: str = "nccl-ring-ll") -> float:
 
     One GPU: 0 (no communication).
     """
-    _check_int("n_gpus", n_gpus)
+    n_gpus = integer("n_gpus", n_gpus, 1)
     if algorithm not in ALLREDUCE_ALGORITHMS:
         raise ValueError(
             f"algorithm must be one of {', '.join(ALLREDUCE_ALGORITHMS)}; got {algorithm!r}"
@@ -132,9 +118,9 @@ class StepAssumptions:
 
     def __post_init__(self) -> None:
         for name in ("gemv_efficiency", "kv_efficiency", "link_efficiency"):
-            _check_fraction(name, getattr(self, name))
+            fraction(name, getattr(self, name), allow_zero=False)
         for name in ("small_kernel_s", "launch_gap_s", "sampling_s", "scheduler_s"):
-            _check_nonneg(name, getattr(self, name))
+            real(name, getattr(self, name), 0)
         for name in (
             "gemm_kernels_per_layer",
             "small_kernels_per_layer",
@@ -142,14 +128,14 @@ class StepAssumptions:
             "allreduces_per_layer",
             "kernels_per_step",
         ):
-            _check_int(name, getattr(self, name), low=0)
+            object.__setattr__(self, name, integer(name, getattr(self, name), 0))
         if self.allreduce_algorithm not in ALLREDUCE_ALGORITHMS:
             raise ValueError(
                 f"allreduce_algorithm must be one of {', '.join(ALLREDUCE_ALGORITHMS)}; "
                 f"got {self.allreduce_algorithm!r}"
             )
         if self.allreduce_latency_override_s is not None:
-            _check_nonneg("allreduce_latency_override_s", self.allreduce_latency_override_s)
+            real("allreduce_latency_override_s", self.allreduce_latency_override_s, 0)
 
     def replace(self, **changes) -> StepAssumptions:
         """A copy with some fields changed (validated)."""
@@ -292,7 +278,7 @@ def kv_read_fraction(mdl: str | Model, tp: int) -> float:
     heads (used for the idealized even split of non-divisor TP degrees).
     """
     m = model(mdl)
-    _check_int("tp", tp)
+    tp = integer("tp", tp, 1)
     if m.is_mla:
         return 1.0
     return max(1.0 / tp, 1.0 / m.num_kv_heads)
@@ -302,7 +288,7 @@ def tp_divides(mdl: str | Model, tp: int) -> bool:
     """Whether a real engine can shard ``mdl`` ``tp`` ways: tp divides the query heads, and the
     KV heads divide by tp or tp by the KV heads (vLLM's rule)."""
     m = model(mdl)
-    _check_int("tp", tp)
+    tp = integer("tp", tp, 1)
     kv = m.num_kv_heads
     return m.num_attention_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
 
@@ -334,9 +320,9 @@ def decode_step(
     """
     m, g = model(mdl), gpu(chip)
     stack = stack or assumptions()
-    _check_int("tp", tp)
-    _check_int("batch", batch)
-    _check_int("context", context, low=0)
+    tp = integer("tp", tp, 1)
+    batch = integer("batch", batch, 1)
+    context = integer("context", context, 0)
     if strict and not tp_divides(m, tp):
         raise ValueError(
             f"tp={tp} cannot shard {m.key}: it must divide the {m.num_attention_heads} query heads "

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from lib.inputs import real
+
 KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
 KiB, MiB, GiB, TiB = 2.0**10, 2.0**20, 2.0**30, 2.0**40
 US, MS = 1e-6, 1e-3
@@ -18,16 +20,9 @@ _BYTE_UNITS = {"B": 1.0, "KB": KB, "MB": MB, "GB": GB, "TB": TB,
                "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": TiB}
 
 
-def _check_finite(x: float, what: str) -> float:
-    x = float(x)
-    if not math.isfinite(x):
-        raise ValueError(f"{what} must be a finite number, got {x!r}")
-    return x
-
-
 def sig(x: float, digits: int = 3) -> str:
     """Format ``x`` with ``digits`` significant digits and thousands separators (``1,234``, ``0.0512``)."""
-    x = _check_finite(x, "value")
+    x = real("value", x)
     if x == 0:
         return "0"
     rounded = float(f"{x:.{digits}g}")
@@ -44,7 +39,7 @@ def fmt_bytes(n_bytes: float, unit: str = "GB", digits: int = 3) -> str:
 
 def fmt_time(seconds: float, unit: str | None = None, digits: int = 3) -> str:
     """Seconds shown in s, ms or µs (picked from the magnitude unless ``unit`` is given)."""
-    seconds = _check_finite(seconds, "seconds")
+    seconds = real("seconds", seconds)
     scales = {"s": 1.0, "ms": MS, "us": US}
     if unit is None:
         unit = "s" if abs(seconds) >= 1 else "ms" if abs(seconds) >= 1e-3 else "us"
@@ -68,7 +63,7 @@ def fmt_bandwidth(bytes_per_s: float, digits: int = 3) -> str:
 
 def fmt_count(n: float, digits: int = 3) -> str:
     """A large count with a suffix: ``70.6e9 -> '70.6B'``, ``1.3e6 -> '1.3M'``."""
-    n = _check_finite(n, "count")
+    n = real("count", n)
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= scale:
             return f"{sig(n / scale, digits)}{suffix}"

@@ -85,20 +85,23 @@ def ridge_point(gpu: str, dtype: str, m: int, n: int, k: int) -> View:
     gpu=Choice(tuple(hardware.gpu_names())),
     tp=IntRange(1, 64, log=True, label="tensor parallel"),
     dtype=Choice(COMPUTE_DTYPES, label="weights and matmuls"),
+    kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
     prompt_len=IntRange(1, 131072, label="prompt tokens"),
     mfu=FloatRange(0.1, 1.0, 0.05, label="achieved fraction of peak FLOPs"),
 )
-def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, prompt_len: int, mfu: float) -> View:
+def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, kv_dtype: str, prompt_len: int,
+                      mfu: float) -> View:
     """I003: where prefill turns compute-bound, and the TTFT of a prompt."""
     m, g = models.model(model), hardware.gpu(gpu)
-    fits, per_gpu = rf.fits_in_memory(m, g, tp, dtype, prompt_len * m.kv_bytes_per_token(dtype))
+    fits, per_gpu = rf.fits_in_memory(m, g, tp, dtype, prompt_len * m.kv_bytes_per_token(kv_dtype))
     if not fits:
-        raise ValueError(f"{m.key} in {dtype} needs {fmt_bytes(per_gpu)} per GPU; {g.key} has "
-                         f"{fmt_bytes(g.memory_bytes)}: raise tp or quantize")
-    crossover = rf.prefill_crossover_tokens(m, g, dtype, dtype)
+        raise ValueError(f"{m.key} in {dtype} with a {kv_dtype} KV cache needs {fmt_bytes(per_gpu)} per GPU; "
+                         f"{g.key} has {fmt_bytes(g.memory_bytes)}: raise tp or quantize")
+    crossover = rf.prefill_crossover_tokens(m, g, dtype, dtype)  # weight read vs matmuls: no KV term
     lengths = np.unique(np.geomspace(1, max(4 * crossover, 2 * prompt_len), 60).astype(int))
-    compute = [rf.prefill(m, g, int(p), tp, 1, dtype, dtype).compute_s / mfu / MS for p in lengths]
-    memory = [rf.prefill(m, g, int(p), tp, 1, dtype, dtype).memory_s / MS for p in lengths]
+    steps = [rf.prefill(m, g, int(p), tp, 1, dtype, dtype, kv_dtype) for p in lengths]
+    compute = [s.compute_s / mfu / MS for s in steps]
+    memory = [s.memory_s / MS for s in steps]
     fig, ax = figure()
     ax.loglog(lengths, compute, label="matmul time (at this MFU)")
     ax.loglog(lengths, memory, label="weight + KV read time")
@@ -108,12 +111,12 @@ def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, prompt_len: int
     ax.set_xlabel("prompt tokens in one forward pass")
     ax.set_ylabel("ms")
     ax.legend(fontsize=7)
-    step = rf.prefill(m, g, prompt_len, tp, 1, dtype, dtype)
+    step = rf.prefill(m, g, prompt_len, tp, 1, dtype, dtype, kv_dtype)
     ttft = max(step.compute_s / mfu, step.memory_s)
     rows = [("crossover (peak FLOPs)", f"{sig(crossover)} tokens"),
             ("crossover at this MFU", f"{sig(crossover * mfu)} tokens"),
             ("prefill bound", "compute" if step.compute_s / mfu >= step.memory_s else "memory"),
             ("TTFT floor (prefill only)", fmt_time(ttft))]
-    return View(f"{m.key} on {tp}x {g.key} ({dtype})", rows, fig,
+    return View(f"{m.key} on {tp}x {g.key} ({dtype}, KV {kv_dtype})", rows, fig,
                 values={"crossover": crossover, "ttft": ttft})
 

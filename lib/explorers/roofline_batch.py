@@ -149,7 +149,7 @@ def throughput_knee(
         color="grey",
         ls="--",
         lw=1,
-        label="ceiling 1/c (KV + per-seq compute)",
+        label="ceiling 1/c (per-sequence KV, row, compute)",
     )
     if tc < 3 * line.ceiling_tokens_per_s:
         ax.axhline(tc, color="purple", ls=":", lw=1, label="tensor-core ceiling")
@@ -163,7 +163,11 @@ def throughput_knee(
     fig.subplots_adjust(left=0.13, right=0.97, bottom=0.16, top=0.96)
     rows = [
         ("t0 (weights per step)", fmt_time(line.fixed_s)),
-        ("c (per sequence: KV + compute)", f"{fmt_time(line.kv_s)} + {fmt_time(line.compute_s)}"),
+        (
+            "c (per sequence: KV + embedding row + compute)",
+            f"{fmt_time(line.kv_s)} + {fmt_time(line.row_s)} + {fmt_time(line.compute_s)} "
+            f"= {fmt_time(line.per_sequence_s)}",
+        ),
         ("ceiling 1/c", _tokens(line.ceiling_tokens_per_s)),
         ("tensor-core ceiling", _tokens(tc)),
         ("knee B* = t0/c (half the ceiling)", sig(line.knee_batch)),
@@ -188,6 +192,7 @@ def throughput_knee(
         note,
         values={
             "knee": line.knee_batch,
+            "c": line.per_sequence_s,
             "ceiling": line.ceiling_tokens_per_s,
             "b_max": float(b_max),
         },

@@ -186,6 +186,7 @@ def pass_bottleneck(model: str, gpu: str, tp: int, dtype: str, tokens: int) -> V
     gpu=Choice(GPUS),
     n_gpus=IntRange(1, 64, log=True, label="GPUs in the replica (TP)"),
     dtype=Choice(MATMUL_DTYPES, label="weights and matmuls"),
+    kv_dtype=Choice(KV_DTYPES, label="KV cache"),
     prompt_len=IntRange(1, 131072, label="prompt tokens"),
     mfu=FloatRange(0.1, 1.0, 0.05, label="achieved fraction of peak"),
     include_attention=Choice((True, False), label="count attention FLOPs"),
@@ -195,14 +196,15 @@ def prefill_floor(
     gpu: str,
     n_gpus: int,
     dtype: str,
+    kv_dtype: str,
     prompt_len: int,
     mfu: float,
     include_attention: bool,
 ) -> View:
     """N039: prefill time = FLOPs / effective replica FLOP/s, and the TTFT it implies."""
     m, g = models.model(model), hardware.gpu(gpu)
-    est = pf.prefill_estimate(m, g, prompt_len, n_gpus, mfu, dtype, dtype, dtype, include_attention)
-    _check_fits(m, g, n_gpus, dtype, prompt_len * m.kv_bytes_per_token(dtype))
+    est = pf.prefill_estimate(m, g, prompt_len, n_gpus, mfu, dtype, dtype, kv_dtype, include_attention)
+    _check_fits(m, g, n_gpus, dtype, prompt_len * m.kv_bytes_per_token(kv_dtype))
     comm = pf.prefill_allreduce_s(
         m, g, prompt_len, n_gpus, bus_efficiency=pf.assumptions()["allreduce_bus_efficiency"]
     )
@@ -235,7 +237,7 @@ def prefill_floor(
         ),
     ]
     return View(
-        f"{m.key}, {prompt_len}-token prompt on {n_gpus}x {g.key} ({dtype})",
+        f"{m.key}, {prompt_len}-token prompt on {n_gpus}x {g.key} ({dtype}, KV {kv_dtype})",
         rows,
         fig,
         values={"prefill_s": est.time_s, "comm_s": comm},

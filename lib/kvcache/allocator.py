@@ -25,6 +25,8 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from lib.inputs import integer
+
 __all__ = ["BlockAllocator", "CopyEvent", "NaiveCowAllocator", "OutOfBlocks"]
 
 
@@ -41,16 +43,8 @@ class CopyEvent:
     dst_block: int
 
 
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def _check_token(token: object) -> int:
-    if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-        raise ValueError(f"token must be a non-negative integer id, got {token!r}")
-    return token
+    return integer("token", token, 0, unit="(a token id)")
 
 
 class BlockAllocator:
@@ -62,8 +56,8 @@ class BlockAllocator:
     """
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        self._num_blocks = _check_positive_int("num_blocks", num_blocks)
-        self._block_size = _check_positive_int("block_size", block_size)
+        self._num_blocks = integer("num_blocks", num_blocks, 1)
+        self._block_size = integer("block_size", block_size, 1)
         # A stack; reversed so that block 0 is handed out first (easier to read in examples).
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
         self._refcount: list[int] = [0] * num_blocks
@@ -99,13 +93,7 @@ class BlockAllocator:
 
     def refcount(self, block: int) -> int:
         """Number of block tables that hold ``block``."""
-        if (
-            isinstance(block, bool)
-            or not isinstance(block, int)
-            or not 0 <= block < self._num_blocks
-        ):
-            raise ValueError(f"block must be an integer in [0, {self._num_blocks}), got {block!r}")
-        return self._refcount[block]
+        return self._refcount[integer("block", block, 0, self._num_blocks - 1)]
 
     def seq_ids(self) -> list[Hashable]:
         """Ids of live (allocated, not yet freed) sequences, in creation order."""

@@ -28,6 +28,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from lib.inputs import integer
+
 from .allocator import OutOfBlocks
 
 __all__ = ["CacheAllocation", "PrefixBlockCache", "chain_hashes", "hash_block"]
@@ -48,8 +50,7 @@ def chain_hashes(
     tokens: Sequence[int], block_size: int, hash_fn: BlockHashFn = hash_block
 ) -> list[int]:
     """Chained hashes of the full blocks of ``tokens``: ``h_i = hash_fn(h_{i-1}, block_i)``."""
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
-        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    block_size = integer("block_size", block_size, 1)
     hashes: list[int] = []
     parent = None
     for start in range(0, len(tokens) - block_size + 1, block_size):
@@ -84,9 +85,8 @@ class PrefixBlockCache:
         verify_on_hit: bool = True,
         eviction_order: Literal["tail_first", "head_first"] = "tail_first",
     ) -> None:
-        for name, value in [("num_blocks", num_blocks), ("block_size", block_size)]:
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        num_blocks = integer("num_blocks", num_blocks, 1)
+        block_size = integer("block_size", block_size, 1)
         if not callable(hash_fn):
             raise ValueError(
                 f"hash_fn must be callable (parent_hash, tokens) -> int, got {hash_fn!r}"
@@ -188,10 +188,7 @@ class PrefixBlockCache:
         """
         if request_id in self._requests:
             raise ValueError(f"request_id {request_id!r} is already running; free it first")
-        tokens = tuple(tokens)
-        for token in tokens:
-            if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-                raise ValueError(f"tokens must be non-negative integer ids, got {token!r}")
+        tokens = tuple(integer("token", token, 0, unit="(a token id)") for token in tokens)
         hits = self._lookup(tokens)
         num_needed = -(-len(tokens) // self._block_size)
         num_fresh = num_needed - len(hits)
@@ -240,12 +237,7 @@ class PrefixBlockCache:
 
     # ----------------------------------------------------------------- internals
     def _check_block(self, block: int) -> None:
-        if (
-            isinstance(block, bool)
-            or not isinstance(block, int)
-            or not 0 <= block < self._num_blocks
-        ):
-            raise ValueError(f"block must be an integer in [0, {self._num_blocks}), got {block!r}")
+        block = integer("block", block, 0, self._num_blocks - 1)
 
     def _request(self, request_id: Hashable) -> list[int]:
         try:

@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
+from lib.inputs import integer
+
 from .allocator import BlockAllocator, OutOfBlocks
 
 __all__ = [
@@ -242,13 +244,9 @@ def find_minimal_failure(
     from hypothesis import strategies as st
     from hypothesis.errors import NoSuchExample
 
-    for name, value, least in [
-        ("max_ops", max_ops, 1),
-        ("num_token_values", num_token_values, 2),
-        ("max_examples", max_examples, 1),
-    ]:
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    max_ops = integer("max_ops", max_ops, 1)
+    num_token_values = integer("num_token_values", num_token_values, 2)
+    max_examples = integer("max_examples", max_examples, 1)
     probe = variant_factory()
     if not isinstance(probe, BlockAllocator):
         raise ValueError(

@@ -34,6 +34,8 @@ from typing import Literal
 
 import numpy as np
 
+from lib.inputs import integer
+
 from .chained_hash import PrefixBlockCache
 
 __all__ = [
@@ -47,12 +49,6 @@ __all__ = [
 ]
 
 Policy = Literal["head_first", "tail_first"]
-
-
-def _check_int(name: str, value: object, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    return int(value)
 
 
 def _check_policy(policy: object) -> None:
@@ -80,10 +76,10 @@ def cyclic_prefix_workload(
 ) -> PrefixWorkload:
     """Request ``k`` is prefix ``k mod num_prefixes``: ``prefix_blocks`` full blocks, distinct
     tokens per prefix. The workload behind :func:`cyclic_steady_state`."""
-    _check_int("num_prefixes", num_prefixes, 1)
-    _check_int("prefix_blocks", prefix_blocks, 1)
-    _check_int("num_requests", num_requests, 0)
-    _check_int("block_size", block_size, 1)
+    num_prefixes = integer("num_prefixes", num_prefixes, 1)
+    prefix_blocks = integer("prefix_blocks", prefix_blocks, 1)
+    num_requests = integer("num_requests", num_requests, 0)
+    block_size = integer("block_size", block_size, 1)
     counter = [0]
     prefixes = [_fresh_blocks(prefix_blocks, block_size, counter) for _ in range(num_prefixes)]
     requests = tuple(prefixes[k % num_prefixes] for k in range(num_requests))
@@ -103,12 +99,12 @@ def shared_prefix_workload(
     ``prefix_blocks[p]`` is the length of shared prefix ``p`` in full blocks. Each request picks
     a prefix uniformly at random and appends ``suffix_blocks`` blocks of its own (never shared).
     """
-    lengths = [_check_int("prefix_blocks entry", n, 1) for n in prefix_blocks]
+    lengths = [integer("prefix_blocks entry", n, 1) for n in prefix_blocks]
     if not lengths:
         raise ValueError("prefix_blocks must list at least one prefix length (in blocks)")
-    _check_int("num_requests", num_requests, 0)
-    _check_int("block_size", block_size, 1)
-    _check_int("suffix_blocks", suffix_blocks, 0)
+    num_requests = integer("num_requests", num_requests, 0)
+    block_size = integer("block_size", block_size, 1)
+    suffix_blocks = integer("suffix_blocks", suffix_blocks, 0)
     rng = np.random.default_rng(seed)
     counter = [0]
     prefixes = [_fresh_blocks(n, block_size, counter) for n in lengths]
@@ -130,7 +126,7 @@ class EvictionSimulation:
 
     def hit_rate(self, skip_requests: int = 0) -> float:
         """Token hit rate ``sum(hit) / sum(prompt)`` over requests ``skip_requests`` onward."""
-        _check_int("skip_requests", skip_requests, 0)
+        skip_requests = integer("skip_requests", skip_requests, 0)
         total = sum(self.prompt_tokens[skip_requests:])
         return sum(self.hit_tokens[skip_requests:]) / total if total else 0.0
 
@@ -150,8 +146,8 @@ def simulate(
     Stranded bytes = ``len(cache.stranded_blocks()) * block_bytes`` after each request.
     """
     _check_policy(policy)
-    _check_int("capacity_blocks", capacity_blocks, 1)
-    _check_int("block_bytes", block_bytes, 1)
+    capacity_blocks = integer("capacity_blocks", capacity_blocks, 1)
+    block_bytes = integer("block_bytes", block_bytes, 1)
     if not isinstance(workload, PrefixWorkload):
         raise ValueError(f"workload must be a PrefixWorkload, got {type(workload).__name__}")
     cache = PrefixBlockCache(capacity_blocks, workload.block_size, eviction_order=policy)
@@ -185,10 +181,10 @@ def cyclic_steady_state(
     Holds from request ``warmup_requests = max(P, ceil(C / n))`` on (0-based).
     """
     _check_policy(policy)
-    n = _check_int("prefix_blocks", prefix_blocks, 1)
-    c = _check_int("capacity_blocks", capacity_blocks, n)
-    p = _check_int("num_prefixes", num_prefixes, 1)
-    _check_int("block_bytes", block_bytes, 1)
+    n = integer("prefix_blocks", prefix_blocks, 1)
+    c = integer("capacity_blocks", capacity_blocks, n)
+    p = integer("num_prefixes", num_prefixes, 1)
+    block_bytes = integer("block_bytes", block_bytes, 1)
     warmup = max(p, -(-c // n))
     if c >= p * n:
         return SteadyState(1.0, 0, p)

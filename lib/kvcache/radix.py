@@ -23,6 +23,8 @@ import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from lib.inputs import integer
+
 __all__ = ["OutOfSlots", "PrefixMatch", "RadixCache", "RadixNode"]
 
 
@@ -61,19 +63,14 @@ class PrefixMatch:
 
 
 def _as_tokens(tokens: Sequence[int]) -> tuple[int, ...]:
-    out = tuple(tokens)
-    for token in out:
-        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-            raise ValueError(f"tokens must be non-negative integer ids, got {token!r}")
-    return out
+    return tuple(integer("token", token, 0, unit="(a token id)") for token in tokens)
 
 
 class RadixCache:
     """A radix-tree prefix cache over a pool of ``num_slots`` KV slots (one token each)."""
 
     def __init__(self, num_slots: int) -> None:
-        if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots <= 0:
-            raise ValueError(f"num_slots must be a positive integer, got {num_slots!r}")
+        num_slots = integer("num_slots", num_slots, 1)
         self._num_slots = num_slots
         self._free_slots: list[int] = list(range(num_slots - 1, -1, -1))  # slot 0 handed out first
         self._next_node_id = 1
@@ -183,8 +180,7 @@ class RadixCache:
         child was removed becomes a leaf and a candidate. Frees whole edges, so it may free more
         than asked; frees less only when everything left is pinned.
         """
-        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
-            raise ValueError(f"num_tokens must be a non-negative integer, got {num_tokens!r}")
+        num_tokens = integer("num_tokens", num_tokens, 0)
         candidates = [
             (node.last_access, node.node_id, node)
             for node in self.nodes()

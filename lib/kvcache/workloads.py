@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from lib.inputs import integer
+
 __all__ = ["branching_agent_trace", "multi_turn_chat_trace"]
-
-
-def _check_int(name: str, value: object, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    return int(value)
 
 
 def multi_turn_chat_trace(
@@ -34,12 +30,12 @@ def multi_turn_chat_trace(
     interleaved in a seeded random order (each conversation's turns stay in order). Returns
     ``num_conversations * num_turns`` token tuples.
     """
-    _check_int("num_conversations", num_conversations, 1)
-    _check_int("num_turns", num_turns, 1)
-    _check_int("system_prompt_tokens", system_prompt_tokens, 0)
-    _check_int("user_tokens", user_tokens, 0)
-    _check_int("reply_tokens", reply_tokens, 0)
-    _check_int("vocab_size", vocab_size, 1)
+    num_conversations = integer("num_conversations", num_conversations, 1)
+    num_turns = integer("num_turns", num_turns, 1)
+    system_prompt_tokens = integer("system_prompt_tokens", system_prompt_tokens, 0)
+    user_tokens = integer("user_tokens", user_tokens, 0)
+    reply_tokens = integer("reply_tokens", reply_tokens, 0)
+    vocab_size = integer("vocab_size", vocab_size, 1)
     rng = np.random.default_rng(seed)
     system = tuple(rng.integers(0, vocab_size, system_prompt_tokens).tolist())
     history = [system] * num_conversations
@@ -68,11 +64,11 @@ def branching_agent_trace(
     a request already ``max_depth`` steps deep restarts from the system prompt instead. So many
     branches share the system prompt and some share longer trajectories.
     """
-    _check_int("num_requests", num_requests, 1)
-    _check_int("system_prompt_tokens", system_prompt_tokens, 0)
-    _check_int("step_tokens", step_tokens, 1)
-    _check_int("max_depth", max_depth, 1)
-    _check_int("vocab_size", vocab_size, 1)
+    num_requests = integer("num_requests", num_requests, 1)
+    system_prompt_tokens = integer("system_prompt_tokens", system_prompt_tokens, 0)
+    step_tokens = integer("step_tokens", step_tokens, 1)
+    max_depth = integer("max_depth", max_depth, 1)
+    vocab_size = integer("vocab_size", vocab_size, 1)
     rng = np.random.default_rng(seed)
     system = tuple(rng.integers(0, vocab_size, system_prompt_tokens).tolist())
     requests: list[tuple[int, ...]] = []

@@ -23,7 +23,7 @@ def test_chain_hashes_cover_full_blocks_and_whole_prefixes():
     assert chain_hashes([7, 7, 3, 4], 2)[1] != hashes[1]
     assert chain_hashes([], 2) == [] and chain_hashes([1], 2) == []
     assert hash_block(None, (1, 2)) == hash_block(None, (1, 2))  # stable, not salted
-    with pytest.raises(ValueError, match="block_size must be a positive integer"):
+    with pytest.raises(ValueError, match="block_size must be an integer >= 1"):
         chain_hashes([1, 2], 0)
 
 
@@ -157,7 +157,7 @@ def test_verification_checks_the_parent_not_just_the_block_tokens():
 
 # --------------------------------------------------------------------------- validation
 def test_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="num_blocks must be a positive integer"):
+    with pytest.raises(ValueError, match="num_blocks must be an integer >= 1"):
         PrefixBlockCache(0, 2)
     with pytest.raises(ValueError, match="eviction_order must be"):
         PrefixBlockCache(4, 2, eviction_order="random")
@@ -167,11 +167,11 @@ def test_rejects_bad_arguments():
     cache.allocate("a", [1])
     with pytest.raises(ValueError, match="already running"):
         cache.allocate("a", [1])
-    with pytest.raises(ValueError, match="non-negative integer ids"):
+    with pytest.raises(ValueError, match=r"token must be an integer >= 0"):
         cache.allocate("b", [1, -1])
     with pytest.raises(ValueError, match="not running"):
         cache.free("b")
-    with pytest.raises(ValueError, match=r"block must be an integer in \[0, 4\)"):
+    with pytest.raises(ValueError, match=r"block must be an integer in \[0, 3\]"):
         cache.refcount(4)
 
 

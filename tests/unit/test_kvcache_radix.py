@@ -203,15 +203,15 @@ def test_lock_and_unlock_validate():
 
 @pytest.mark.parametrize("bad", [0, -4, 2.5, True])
 def test_rejects_bad_pool_size(bad):
-    with pytest.raises(ValueError, match="num_slots must be a positive integer"):
+    with pytest.raises(ValueError, match="num_slots must be an integer >= 1"):
         RadixCache(bad)
 
 
 def test_rejects_bad_tokens_and_eviction_sizes():
     cache = RadixCache(4)
-    with pytest.raises(ValueError, match="non-negative integer ids"):
+    with pytest.raises(ValueError, match=r"token must be an integer >= 0"):
         cache.insert([1, -2])
-    with pytest.raises(ValueError, match="num_tokens must be a non-negative integer"):
+    with pytest.raises(ValueError, match="num_tokens must be an integer >= 0"):
         cache.evict(-1)
 
 

@@ -114,7 +114,7 @@ def test_residual_sign_follows_the_modelled_mbu(measured):
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: mbu.mbu(1, 0, 1), "must be > 0"),
+        (lambda: mbu.mbu(1, 0, 1), "step_s must be a finite number > 0"),
         (lambda: mbu.mbu(-1, 1, 1), "bytes_per_step"),
         (lambda: mbu.mbu(float("nan"), 1, 1), "finite"),
         (

@@ -155,3 +155,18 @@ def test_balance_context_equalizes_kv_and_compute(mdl, chip, tp):
     )
     assert below.kv_s + below.row_s <= below.compute_s and above.kv_s + above.row_s > above.compute_s
     assert math.isinf(tput.compute_bound_batch(above, mdl, chip, hi, tp))
+
+
+def test_throughput_knee_view_uses_the_whole_per_sequence_cost():
+    """The explorer's c is the lib's kv_s + row_s + compute_s (it once showed kv_s + compute_s)."""
+    from lib import widgets
+    from lib.units import fmt_time
+
+    view = widgets.render("roofline.throughput_knee", model="llama-3.1-8b",
+                          gpu="h100-sxm", tp=1, weight_dtype="bf16", kv_dtype="bf16", context=1, batch=64)
+    line = tput.decode_step_line("llama-3.1-8b", "h100-sxm", 1, 1, "bf16", "bf16", "bf16")
+    assert line.row_s > 0
+    assert view.values["c"] == line.kv_s + line.row_s + line.compute_s
+    assert view.values["ceiling"] == pytest.approx(1 / view.values["c"], rel=1e-12)
+    shown = dict(view.rows)["c (per sequence: KV + embedding row + compute)"]
+    assert fmt_time(line.row_s) in shown and shown.endswith(f"= {fmt_time(view.values['c'])}")

@@ -55,3 +55,36 @@ def test_self_check_verdicts():
     assert "too low" in self_check(0.5, 5.27).message
     with pytest.raises(ValueError, match="rel_tol"):
         self_check(1, 1, rel_tol=0)
+
+
+# A 70B in BF16 on 2x H100 with a 64k-token prompt: the BF16 KV cache does not fit beside the
+# weights, the FP8 one does. The prefill explorers must size (and time) the KV in its own dtype.
+_KV_CASE = dict(model="llama-3.1-70b", gpu="h100-sxm", dtype="bf16", prompt_len=65536, mfu=0.5)
+
+
+@pytest.mark.parametrize(("name", "tp_arg", "extra"), [
+    ("roofline.prefill_crossover", "tp", {}),
+    ("roofline.prefill_floor", "n_gpus", {"include_attention": True}),
+])
+def test_prefill_explorers_size_the_kv_in_the_kv_dtype(name, tp_arg, extra):
+    args = {**_KV_CASE, tp_arg: 2, **extra}
+    assert isinstance(widgets.render(name, **args, kv_dtype="bf16"), widgets.ErrorView)
+    assert isinstance(widgets.render(name, **args, kv_dtype="fp8"), widgets.View)
+
+
+def test_prefill_explorer_times_match_lib_with_an_fp8_kv_cache():
+    from lib import prefill, roofline
+
+    # a short prompt on 8 GPUs is memory-bound, so the KV written moves the time
+    view = widgets.render("roofline.prefill_crossover", model="llama-3.1-70b", gpu="h100-sxm", tp=8,
+                          dtype="bf16", kv_dtype="fp8", prompt_len=64, mfu=0.5)
+    step = roofline.prefill("llama-3.1-70b", "h100-sxm", 64, 8, 1, "bf16", "bf16", "fp8")
+    assert step.memory_s > step.compute_s / 0.5
+    assert view.values["ttft"] == step.memory_s
+    assert view.values["ttft"] < roofline.prefill("llama-3.1-70b", "h100-sxm", 64, 8).memory_s
+
+    view = widgets.render("roofline.prefill_floor", model="llama-3.1-70b", gpu="h100-sxm", n_gpus=8,
+                          dtype="bf16", kv_dtype="fp8", prompt_len=64, mfu=0.5, include_attention=True)
+    est = prefill.prefill_estimate("llama-3.1-70b", "h100-sxm", 64, 8, 0.5, "bf16", "bf16", "fp8")
+    assert est.bound == "memory" and view.values["prefill_s"] == est.time_s
+    assert est.time_s < prefill.prefill_estimate("llama-3.1-70b", "h100-sxm", 64, 8, 0.5).time_s
