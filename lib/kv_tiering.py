@@ -71,8 +71,22 @@ class NodeSpec:
     ssd_warranty_years: float
 
 
-def _values(section: dict) -> dict:
-    return {k: v["value"] for k, v in section.items() if isinstance(v, dict) and "value" in v}
+def _entries(section: dict) -> dict:
+    return {k: v for k, v in section.items() if isinstance(v, dict) and "value" in v}
+
+
+def _fact_entries() -> dict:
+    """{section: {name: yaml entry}} for host, ssd and workload, under this module's names
+    (the aliases of :func:`facts`)."""
+    doc = load_yaml("storage_tiers.yaml")
+    host, ssd = _entries(doc["node"]["host"]), _entries(doc["node"]["ssd"])
+    dram_tier, nvme = doc["tiers"]["host_dram"], doc["tiers"]["local_nvme"]
+    host["dram_fetch_latency_us"] = dram_tier["latency_us"]
+    host["nvlink_c2c_gbps_per_direction"] = {"value": doc["host_link"]["gb200"]["host_link_gbps"]}
+    ssd["read_gbps"] = nvme["bandwidth_gbps"]
+    ssd["read_efficiency"] = nvme["efficiency"]
+    ssd["fetch_latency_us"] = nvme["latency_us"]
+    return {"host": host, "ssd": ssd, "workload": _entries(doc["workload"])}
 
 
 def facts() -> dict:
@@ -84,15 +98,21 @@ def facts() -> dict:
     fetch_latency_us = tiers.local_nvme's bandwidth_gbps, efficiency and latency_us.
     workload: the ``workload`` section.
     """
-    doc = load_yaml("storage_tiers.yaml")
-    host, ssd = _values(doc["node"]["host"]), _values(doc["node"]["ssd"])
-    dram_tier, nvme = doc["tiers"]["host_dram"], doc["tiers"]["local_nvme"]
-    host["dram_fetch_latency_us"] = dram_tier["latency_us"]["value"]
-    host["nvlink_c2c_gbps_per_direction"] = doc["host_link"]["gb200"]["host_link_gbps"]
-    ssd["read_gbps"] = nvme["bandwidth_gbps"]["value"]
-    ssd["read_efficiency"] = nvme["efficiency"]["value"]
-    ssd["fetch_latency_us"] = nvme["latency_us"]["value"]
-    return {"host": host, "ssd": ssd, "workload": _values(doc["workload"])}
+    return {s: {k: e["value"] for k, e in d.items()} for s, d in _fact_entries().items()}
+
+
+def fact_range(section: str, name: str) -> tuple[float, float]:
+    """(low, high) that ``data/storage_tiers.yaml`` gives for one of :func:`facts`' values
+    (``fact_range("ssd", "capacity_tb")``: the drive family's smallest and largest capacity);
+    (value, value) where it states no range. Yaml units."""
+    entries = _fact_entries()
+    if section not in entries:
+        raise ValueError(f"section must be one of {sorted(entries)}, got {section!r}")
+    entry = entries[section].get(name)
+    if entry is None:
+        raise ValueError(f"{section} has no {name!r}; known: {', '.join(sorted(entries[section]))}")
+    value = entry["value"]
+    return entry.get("low", value), entry.get("high", value)
 
 
 def default_node(**overrides) -> NodeSpec:

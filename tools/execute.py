@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from tools.kernel import KernelManager
 from tools.notebooks import ROOT, notebook_paths
 
 KERNEL = "python3"
@@ -52,8 +53,9 @@ def execute(path: Path, timeout: int = 300) -> float:
     nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3 (ipykernel)", "language": "python"}
     fold_answers(nb)
     start = time.perf_counter()
-    client = NotebookClient(nb, timeout=timeout, kernel_name=KERNEL, store_widget_state=True,
-                            record_timing=False, resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(nb, timeout=timeout, kernel_name=KERNEL, kernel_manager_class=KernelManager,
+                            store_widget_state=True, record_timing=False,
+                            resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     nb.metadata.pop("papermill", None)
     nbformat.write(nb, path)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from tools.execute import KERNEL, resolve
+from tools.kernel import KernelManager
 from tools.notebooks import ROOT
 
 
@@ -40,7 +41,8 @@ def render(src: Path, out: Path, params: dict) -> None:
 
     papermill.execute_notebook(str(src), str(out), parameters=params, kernel_name=KERNEL,
                                cwd=str(src.parent), progress_bar=False, log_output=False,
-                               start_timeout=KERNEL_START_S, execution_timeout=CELL_TIMEOUT_S)
+                               start_timeout=KERNEL_START_S, execution_timeout=CELL_TIMEOUT_S,
+                               kernel_manager_class=KernelManager)
 
 
 def main(argv: list[str]) -> int:

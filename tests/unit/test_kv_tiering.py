@@ -258,3 +258,19 @@ def test_replica_view_is_lib_kvcache_prefix_per_gpu(key, n, p):
     assert kt.breakeven_prefix_tokens(m, "h100-sxm", bw, lat, n) == pytest.approx(
         kp.breakeven_prefix_tokens_closed_form(m, "h100-sxm", bw * kv_shard_fraction(m, n), latency_s=lat,
                                                tp=n, mfu=0.6), rel=1e-12)
+
+
+def test_fact_range_reads_the_yaml_bounds():
+    # data/storage_tiers.yaml: PM1743 capacities 1.92 to 15.36 TB (3.84 TB in a DGX H100);
+    # NVMe read efficiency 0.3-0.95 around 0.7 (tiers.local_nvme, the alias ssd.read_efficiency)
+    assert kt.fact_range("ssd", "capacity_tb") == (1.92, 15.36)
+    assert kt.fact_range("ssd", "read_efficiency") == (0.3, 0.95)
+    assert kt.fact_range("ssd", "dwpd") == (kt.facts()["ssd"]["dwpd"],) * 2  # no range stated
+    for section, values in kt.facts().items():
+        for name, value in values.items():
+            low, high = kt.fact_range(section, name)
+            assert low <= value <= high, f"{section}.{name}: {value} outside [{low}, {high}]"
+    with pytest.raises(ValueError, match="section must be one of"):
+        kt.fact_range("tiers", "capacity_tb")
+    with pytest.raises(ValueError, match="no 'capacity'"):
+        kt.fact_range("ssd", "capacity")

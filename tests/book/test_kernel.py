@@ -1,0 +1,61 @@
+"""The tools' kernel manager: polls in short slices, honours the caller's timeout, runs notebooks."""
+
+from __future__ import annotations
+
+import asyncio
+from queue import Empty
+
+import nbformat
+import pytest
+from jupyter_client.channels import AsyncZMQSocketChannel
+from nbclient import NotebookClient
+
+from tools import kernel
+from tools.execute import KERNEL
+
+
+def _fake_poll(monkeypatch, ready_after: int) -> list[float]:
+    """Replace the parent channel's get_msg: Empty ``ready_after`` times, then a message."""
+    asked: list[float] = []
+
+    async def get_msg(self, timeout=None):
+        asked.append(timeout)
+        if len(asked) > ready_after:
+            return {"msg_type": "execute_reply"}
+        await asyncio.sleep(0)
+        raise Empty
+
+    monkeypatch.setattr(AsyncZMQSocketChannel, "get_msg", get_msg)
+    return asked
+
+
+def _channel() -> kernel.SlicedPollChannel:
+    return kernel.SlicedPollChannel.__new__(kernel.SlicedPollChannel)
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_every_poll_is_one_short_slice(monkeypatch, timeout):
+    asked = _fake_poll(monkeypatch, ready_after=5)
+    msg = asyncio.run(_channel().get_msg(timeout=timeout))
+    assert msg == {"msg_type": "execute_reply"}
+    assert len(asked) == 6
+    assert all(0 <= t <= kernel.POLL_SLICE_S for t in asked)
+
+
+def test_the_callers_timeout_still_raises_empty(monkeypatch):
+    asked = _fake_poll(monkeypatch, ready_after=10**9)
+    monkeypatch.setattr(kernel, "POLL_SLICE_S", 0.0)  # no real waiting in the test
+    monkeypatch.setattr(kernel, "monotonic", iter(range(0, 10**6, 1)).__next__)  # 1 s per call
+    with pytest.raises(Empty):
+        asyncio.run(_channel().get_msg(timeout=3.0))
+    assert 1 <= len(asked) <= 4
+
+
+def test_nbclient_runs_a_notebook_through_it():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    seen = []
+    client = NotebookClient(nb, timeout=60, kernel_name=KERNEL, kernel_manager_class=kernel.KernelManager,
+                            on_cell_executed=lambda **_: seen.append((type(client.km), type(client.kc))))
+    client.execute()
+    assert seen == [(kernel.KernelManager, kernel.SlicedPollClient)]
+    assert nb.cells[0].outputs[0]["text"] == "42\n"
