@@ -34,7 +34,7 @@ from lib.roofline import (
     weight_bytes_read_per_step,
     weight_bytes_streamed,
 )
-from lib.throughput import DEFAULT_MEMORY_UTILIZATION, decode_step_line, kv_batch_ceiling
+from lib.throughput import decode_step_line, default_memory_utilization, kv_batch_ceiling
 
 GENERATIONS = ("a100-sxm", "h100-sxm", "h200", "b200")
 
@@ -63,14 +63,16 @@ def gpus_to_fit(
     mdl: str | Model,
     chip: str | GPU,
     weight_dtype: str = "bf16",
-    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    memory_utilization: float | None = None,
     max_gpus: int = 64,
 ) -> int:
     """Smallest power-of-two GPU count (dividing the heads) whose usable HBM holds the weights.
 
-    weights / n <= memory x utilization. Raises ValueError when none up to ``max_gpus`` does.
+    weights / n <= memory x utilization (None: vLLM's default, ``engine_defaults.gpu_memory_utilization``
+    in ``data/serving_memory.yaml``). Raises ValueError when none up to ``max_gpus`` does.
     """
     m, g = model(mdl), gpu(chip)
+    memory_utilization = default_memory_utilization(memory_utilization)
     fraction("memory_utilization", memory_utilization, allow_zero=False)
     n = 1
     while n <= max_gpus:
@@ -90,11 +92,13 @@ def gpus_for_batch(
     context: int,
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
-    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    memory_utilization: float | None = None,
     max_gpus: int = 64,
 ) -> int:
     """Smallest power-of-two GPU count whose memory holds the weights plus ``batch`` sequences of
-    ``context`` tokens of KV (kv_batch_ceiling >= batch). Raises ValueError if none up to ``max_gpus``."""
+    ``context`` tokens of KV (kv_batch_ceiling >= batch; ``memory_utilization`` None: vLLM's default,
+    ``engine_defaults.gpu_memory_utilization`` in ``data/serving_memory.yaml``). Raises ValueError
+    if none up to ``max_gpus``."""
     m, g = model(mdl), gpu(chip)
     b = integer("batch", batch, 1)
     context = integer("context", context, 1)
@@ -141,13 +145,14 @@ def regime_row(
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
     compute_dtype: str = "bf16",
-    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    memory_utilization: float | None = None,
 ) -> RegimeRow:
     """The three regime numbers for ``mdl`` on ``n_gpus`` x ``chip`` (tensor parallel, comms ignored).
 
     prefill_s: roofline bound of prefilling ``prompt_len`` tokens (compute-bound for long prompts);
     decode_batch1: 1 / t(1) of the step-time line at ``context``;
     capacity: B_max = KV ceiling at ``context``, tokens/s = B_max / t(B_max) (0 if B_max = 0).
+    ``memory_utilization`` None: ``engine_defaults.gpu_memory_utilization`` in ``data/serving_memory.yaml``.
     """
     m, g = model(mdl), gpu(chip)
     n = integer("n_gpus", n_gpus, 1)
@@ -318,7 +323,7 @@ def headline_scenarios(
     draft_cost: float = 0.05,
     small_model: str = "llama-3.1-8b",
     multi_gpus: int = 8,
-    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    memory_utilization: float | None = None,
 ) -> list[Scenario]:
     """Readings of "X tokens/s per user for ``mdl`` on ``n_gpus`` x ``chip``" and their ceilings.
 
@@ -327,8 +332,10 @@ def headline_scenarios(
     ``small_model`` in BF16 and FP8; the batch aggregate (B from :func:`batch_for_aggregate`).
     KV is BF16 at ``context`` tokens throughout. Ceilings ignore overheads, so a claim above
     every ceiling is impossible under that reading; one below is merely not ruled out.
+    ``memory_utilization`` None: ``engine_defaults.gpu_memory_utilization`` in ``data/serving_memory.yaml``.
     """
     real("claim_tokens_per_s", claim_tokens_per_s, 0, low_open=True)
+    memory_utilization = default_memory_utilization(memory_utilization)
     m, g = model(mdl), gpu(chip)
     n = integer("n_gpus", n_gpus, 1)
     ctx = integer("context", context, 0)

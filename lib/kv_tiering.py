@@ -32,8 +32,10 @@ from lib import kvcache_prefix as kp
 from lib._data import load_yaml
 from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
+from lib.memory import fact as memory_fact
 from lib.memory import kv_free_bytes_per_gpu
 from lib.models import Model, model
+from lib.prefill import assumptions as prefill_assumptions
 from lib.roofline import kv_shard_fraction
 from lib.units import GB, TB, US
 
@@ -46,6 +48,12 @@ def _gpus(n_gpus: int, gpus_per_node: int) -> int:
     if n_gpus > gpus_per_node or gpus_per_node % n_gpus:
         raise ValueError(f"n_gpus={n_gpus} must divide the node's {gpus_per_node} GPUs")
     return n_gpus
+
+
+def default_mfu(mfu: float | None = None) -> float:
+    """``mfu``, or (None) the prefill MFU of ``data/prefill_assumptions.yaml``
+    (``assumptions.prefill_mfu``), the default of every ``mfu`` argument in this module."""
+    return prefill_assumptions()["prefill_mfu"] if mfu is None else mfu
 
 
 # ---- the node: facts and assumptions ------------------------------------------------------
@@ -180,12 +188,13 @@ def workload_defaults() -> dict:
 
 
 def compute_rate(
-    chip: str | GPU, n_gpus: int = 1, compute_dtype: str = "bf16", mfu: float = 0.6
+    chip: str | GPU, n_gpus: int = 1, compute_dtype: str = "bf16", mfu: float | None = None
 ) -> float:
     """Achievable prefill FLOP/s of a replica: C = n_gpus x dense peak(compute_dtype) x MFU
-    (:func:`lib.kvcache_prefix.achieved_flops_per_s`)."""
+    (:func:`lib.kvcache_prefix.achieved_flops_per_s`). MFU None: :func:`default_mfu`
+    (``prefill_mfu`` in ``data/prefill_assumptions.yaml``), as for every ``mfu`` below."""
     n_gpus = integer("n_gpus", n_gpus, 1)
-    mfu = fraction("mfu", mfu, allow_zero=False)
+    mfu = fraction("mfu", default_mfu(mfu), allow_zero=False)
     return kp.achieved_flops_per_s(chip, n_gpus, compute_dtype, mfu)
 
 
@@ -195,7 +204,7 @@ def recompute_time_s(
     prefix_tokens: int,
     n_gpus: int = 1,
     compute_dtype: str = "bf16",
-    mfu: float = 0.6,
+    mfu: float | None = None,
 ) -> float:
     """Seconds to recompute a prefix's KV by prefill: F(P) / C (:func:`lib.kvcache_prefix.recompute_flops`).
 
@@ -245,7 +254,7 @@ def tier_ridge(
     bandwidth: float,
     n_gpus: int = 1,
     compute_dtype: str = "bf16",
-    mfu: float = 0.6,
+    mfu: float | None = None,
 ) -> float:
     """The tier's FLOPs-per-byte threshold C / W: fetching wins for models with I(P) above it."""
     w = real("bandwidth", bandwidth, 0, low_open=True)
@@ -259,7 +268,7 @@ def breakeven_bandwidth(
     n_gpus: int = 1,
     kv_dtype: str = "bf16",
     compute_dtype: str = "bf16",
-    mfu: float = 0.6,
+    mfu: float | None = None,
 ) -> float:
     """Bytes/s a tier must deliver to the replica for fetch to tie with recompute: W* = C / I(P).
 
@@ -269,7 +278,7 @@ def breakeven_bandwidth(
     """
     m = model(mdl)
     per_gpu = kp.breakeven_bandwidth_closed_form(
-        m, chip, integer("prefix_tokens", prefix_tokens, 1), tp=n_gpus, mfu=mfu,
+        m, chip, integer("prefix_tokens", prefix_tokens, 1), tp=n_gpus, mfu=default_mfu(mfu),
         compute_dtype=compute_dtype, kv_dtype=kv_dtype,
     )
     return per_gpu / kv_shard_fraction(m, n_gpus)
@@ -283,7 +292,7 @@ def breakeven_prefix_tokens(
     n_gpus: int = 1,
     kv_dtype: str = "bf16",
     compute_dtype: str = "bf16",
-    mfu: float = 0.6,
+    mfu: float | None = None,
 ) -> float:
     """Prefix length P* where recompute and fetch take equally long; recompute wins below it.
 
@@ -294,7 +303,7 @@ def breakeven_prefix_tokens(
     m = model(mdl)
     w = real("bandwidth", bandwidth, 0, low_open=True)
     return kp.breakeven_prefix_tokens_closed_form(
-        m, chip, w * kv_shard_fraction(m, n_gpus), latency_s=latency_s, tp=n_gpus, mfu=mfu,
+        m, chip, w * kv_shard_fraction(m, n_gpus), latency_s=latency_s, tp=n_gpus, mfu=default_mfu(mfu),
         compute_dtype=compute_dtype, kv_dtype=kv_dtype,
     )
 
@@ -357,12 +366,14 @@ def tier_costs(
     kv_dtype: str = "bf16",
     weight_dtype: str = "bf16",
     compute_dtype: str = "bf16",
-    mfu: float = 0.6,
-    memory_utilization: float = 0.9,
+    mfu: float | None = None,
+    memory_utilization: float | None = None,
 ) -> list[TierCost]:
     """HBM, DRAM and SSD for one replica: capacity, bandwidth, fetch and recompute time of a prefix.
 
-    HBM capacity = n_gpus x (HBM x utilization - weights / n_gpus), resident (no fetch);
+    HBM capacity = n_gpus x (HBM x utilization - weights / n_gpus), resident (no fetch), with
+    utilization None = vLLM's default (``engine_defaults.gpu_memory_utilization`` in
+    ``data/serving_memory.yaml``);
     DRAM = usable host DRAM x n_gpus / gpus_per_node at :func:`host_bandwidth`;
     SSD = drives x capacity x n_gpus / gpus_per_node at :func:`ssd_bandwidth`.
     """
@@ -378,6 +389,8 @@ def tier_costs(
     b = m.kv_bytes_per_token(kv_dtype)
     share = n_gpus / node.gpus_per_node
     recompute = recompute_time_s(m, g, p, n_gpus, compute_dtype, mfu)
+    if memory_utilization is None:
+        memory_utilization = memory_fact("gpu_memory_utilization")
     hbm = max(kv_free_bytes_per_gpu(m, g, n_gpus, weight_dtype, memory_utilization), 0.0) * n_gpus
     dram = node.dram_bytes * node.dram_usable_fraction * share
     ssd = node.ssd_drives * node.ssd_capacity_bytes * share
@@ -403,7 +416,7 @@ def prefill_tokens_per_s(
     prompt_tokens: int,
     n_gpus: int = 1,
     compute_dtype: str = "bf16",
-    mfu: float = 0.6,
+    mfu: float | None = None,
 ) -> float:
     """Prompt tokens/s a replica prefills flat out: C / (F(P) / P) for prompts of P tokens."""
     p = integer("prompt_tokens", prompt_tokens, 1)
@@ -417,17 +430,25 @@ def kv_write_rate(
     n_gpus: int = 1,
     kv_dtype: str = "bf16",
     compute_dtype: str = "bf16",
-    mfu: float = 0.6,
-    prefill_share: float = 0.5,
-    output_tokens_per_prompt_token: float = 0.1,
-    spill_fraction: float = 1.0,
+    mfu: float | None = None,
+    prefill_share: float | None = None,
+    output_tokens_per_prompt_token: float | None = None,
+    spill_fraction: float | None = None,
 ) -> float:
     """Bytes/s of new KV a busy replica sends to the SSD tier.
 
     w = prefill_share x prefill_tokens_per_s x (1 + output per prompt token) x b x spill_fraction:
     every computed prompt token and every generated token creates b bytes of KV, and a
     write-through or LRU-victim SSD tier eventually receives ``spill_fraction`` of them.
+    None takes the value of :func:`workload_defaults` (``workload`` in ``data/storage_tiers.yaml``).
     """
+    dflt = workload_defaults()
+    if prefill_share is None:
+        prefill_share = dflt["prefill_share"]
+    if output_tokens_per_prompt_token is None:
+        output_tokens_per_prompt_token = dflt["output_tokens_per_prompt_token"]
+    if spill_fraction is None:
+        spill_fraction = dflt["spill_fraction"]
     share = fraction("prefill_share", prefill_share, allow_zero=False)
     out = real("output_tokens_per_prompt_token", output_tokens_per_prompt_token, 0)
     spill = fraction("spill_fraction", spill_fraction, allow_zero=False)

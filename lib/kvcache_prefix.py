@@ -48,6 +48,7 @@ from lib.kvcache import (
     multi_turn_chat_trace,
 )
 from lib.kvcache.radix import RadixNode
+from lib.memory import fact as memory_fact
 from lib.memory import kv_free_bytes_per_gpu
 from lib.models import Model, model
 from lib.roofline import kv_shard_fraction, weight_bytes_read_per_step
@@ -1401,17 +1402,22 @@ def kv_pool_blocks(
     chip: str | GPU,
     *,
     tp: int = 1,
-    block_size: int = 16,
+    block_size: int | None = None,
     kv_dtype: str = "bf16",
     weight_dtype: str = "bf16",
-    memory_utilization: float = 0.9,
+    memory_utilization: float | None = None,
 ) -> int:
     """Blocks the KV pool of one replica holds: floor(free / per-GPU block bytes), with free =
     memory x utilization - weights / tp (:func:`lib.memory.kv_free_bytes_per_gpu`). Activations
     and the CUDA context come out of the (1 - utilization) margin. Raises ValueError when the
-    weights alone do not fit."""
+    weights alone do not fit. None takes vLLM's defaults from ``data/serving_memory.yaml``:
+    ``engine_defaults.block_size`` and ``engine_defaults.gpu_memory_utilization``."""
     m, g = model(mdl), gpu(chip)
     tp = _tp(m, tp)
+    if block_size is None:
+        block_size = memory_fact("block_size")
+    if memory_utilization is None:
+        memory_utilization = memory_fact("gpu_memory_utilization")
     util = fraction("memory_utilization", memory_utilization, allow_zero=False)
     free = kv_free_bytes_per_gpu(m, g, tp, weight_dtype, util)
     if free <= 0:

@@ -626,10 +626,12 @@ class MemoryBudget:
 
 
 def _default_batch_limits(chip: GPU) -> tuple[int, int]:
-    """vLLM API-server defaults: 8192 tokens / 1024 seqs on >= 70 GiB GPUs other than A100, else 2048 / 256."""
-    if visible_memory_bytes(chip) >= 70 * GiB and not chip.key.startswith("a100"):
+    """vLLM API-server defaults (``engine_defaults`` in ``data/serving_memory.yaml``):
+    max_num_batched_tokens / max_num_seqs on GPUs of at least large_gpu_memory_gib other than
+    A100, else max_num_batched_tokens_small_gpu / max_num_seqs_small_gpu."""
+    if visible_memory_bytes(chip) >= fact("large_gpu_memory_gib") * GiB and not chip.key.startswith("a100"):
         return fact("max_num_batched_tokens"), fact("max_num_seqs")
-    return 2048, fact("max_num_seqs_small_gpu")
+    return fact("max_num_batched_tokens_small_gpu"), fact("max_num_seqs_small_gpu")
 
 
 def memory_budget(

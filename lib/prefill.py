@@ -4,9 +4,9 @@ cache puts on decode batching (capacity and bandwidth).
 
 All quantities SI: FLOP, FLOP/s, bytes, bytes/s, seconds. A "replica" is ``n_gpus`` GPUs
 holding one copy of the model with tensor parallelism: FLOPs, weights and (up to the KV-head
-count) the KV cache split evenly. Assumption values (MFU, memory utilization) live in
-``data/prefill_assumptions.yaml`` and come in as arguments; nothing here hides a default
-efficiency below 1 except where the docstring says so.
+count) the KV cache split evenly. Assumption values live in ``data/prefill_assumptions.yaml``
+(MFU) and ``data/serving_memory.yaml`` (memory utilization) and come in as arguments; nothing
+here hides a default efficiency below 1 except where the docstring says so.
 """
 
 from __future__ import annotations

@@ -30,11 +30,15 @@ import numpy as np
 
 from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.memory import kv_capacity_sequences
+from lib.memory import fact, kv_capacity_sequences
 from lib.models import Model, model
 from lib.roofline import kv_shard_fraction, lookup_bytes_read, weight_bytes_streamed
 
-DEFAULT_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization (vLLM engine args docs)
+
+def default_memory_utilization(memory_utilization: float | None = None) -> float:
+    """``memory_utilization``, or (None) vLLM's default ``gpu_memory_utilization`` as
+    ``data/serving_memory.yaml`` records it (``engine_defaults.gpu_memory_utilization``)."""
+    return fact("gpu_memory_utilization") if memory_utilization is None else memory_utilization
 
 
 def _check_tp(m: Model, tp: int) -> int:
@@ -174,16 +178,19 @@ def kv_batch_ceiling(
     tp: int = 1,
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
-    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    memory_utilization: float | None = None,
 ) -> int:
     """Most sequences of ``context`` tokens whose KV cache fits beside the weights (per replica).
 
-    :func:`lib.memory.kv_capacity_sequences` with the serving default utilization (0.9, vLLM's
-    gpu_memory_utilization) instead of 1: B_max = floor((memory x utilization - weights / tp) /
+    :func:`lib.memory.kv_capacity_sequences` with the serving default utilization instead of 1
+    (None: vLLM's gpu_memory_utilization, ``engine_defaults.gpu_memory_utilization`` in
+    ``data/serving_memory.yaml``): B_max = floor((memory x utilization - weights / tp) /
     (context x kv/token x shard)). Raises ValueError when the weights alone do not fit or
     ``context`` < 1 (an empty cache has no ceiling); 0 when not even one sequence's KV fits.
     """
-    return kv_capacity_sequences(mdl, chip, context, tp, weight_dtype, kv_dtype, memory_utilization)
+    return kv_capacity_sequences(
+        mdl, chip, context, tp, weight_dtype, kv_dtype, default_memory_utilization(memory_utilization)
+    )
 
 
 def compute_bound_batch(
@@ -266,16 +273,19 @@ def smallest_tp_that_fits(
     chip: str | GPU,
     weight_dtype: str = "bf16",
     kv_bytes_total: float = 0.0,
-    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    memory_utilization: float | None = None,
     max_tp: int = 64,
 ) -> int:
     """Smallest power-of-two tp (dividing the head count) whose GPUs hold weights + ``kv_bytes_total``.
 
-    Per GPU: weights / tp + kv_bytes_total x kv_shard_fraction(tp) <= memory x utilization.
+    Per GPU: weights / tp + kv_bytes_total x kv_shard_fraction(tp) <= memory x utilization
+    (None: ``engine_defaults.gpu_memory_utilization`` in ``data/serving_memory.yaml``).
     Raises ValueError when no tp up to ``max_tp`` works.
     """
     m, g = model(mdl), gpu(chip)
-    u = fraction("memory_utilization", memory_utilization, allow_zero=False)
+    u = fraction(
+        "memory_utilization", default_memory_utilization(memory_utilization), allow_zero=False
+    )
     real("kv_bytes_total", kv_bytes_total, 0, unit="bytes")
     tp = 1
     while tp <= max_tp:

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from lib import attention_intensity as ai
-from lib import hardware, models
+from lib import hardware, models, tpdecode
 from lib import prefill as pf
 from lib import roofline as rf
 from lib.dtypes import bytes_per_element
@@ -206,7 +206,7 @@ def prefill_floor(
     est = pf.prefill_estimate(m, g, prompt_len, n_gpus, mfu, dtype, dtype, kv_dtype, include_attention)
     _check_fits(m, g, n_gpus, dtype, prompt_len * m.kv_bytes_per_token(kv_dtype))
     comm = pf.prefill_allreduce_s(
-        m, g, prompt_len, n_gpus, bus_efficiency=pf.assumptions()["allreduce_bus_efficiency"]
+        m, g, prompt_len, n_gpus, bus_efficiency=tpdecode.assumptions().link_efficiency
     )
     lengths = np.geomspace(16, max(2 * prompt_len, 1024), 60)
     per_key = m.attention_flops_per_token(1) if include_attention else 0.0

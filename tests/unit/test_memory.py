@@ -32,6 +32,11 @@ def test_engine_defaults_match_vllm_source():
     assert mem.fact("block_size") == 16
     assert mem.fact("max_num_batched_tokens") == 8192
     assert mem.fact("max_num_seqs") == 1024
+    # the same get_batch_defaults: below 70 GiB (or on A100) 2048 tokens / 256 sequences
+    assert mem.fact("max_num_batched_tokens_small_gpu") == 2048
+    assert mem.fact("max_num_seqs_small_gpu") == 256
+    assert mem.fact("large_gpu_memory_gib") == 70
+    assert mem.memory_budget("llama-3.1-8b", "a100-sxm").max_num_batched_tokens == 2048
     # NCCL docs: NCCL_BUFFSIZE default 4194304; init.cc: LL128 = 120*640*8*8, LL = 8*512*8*16.
     assert mem.fact("nccl_buffsize_bytes") == 4 * MiB
     assert mem.fact("nccl_ll128_buffsize_bytes") == 120 * 640 * 8 * 8
