@@ -4,8 +4,10 @@
 
 Measures: `import lib` (fresh interpreter, best of 5); every registered explorer's update latency
 over seeded random valid inputs (p50 and p95, lib compute and figure rendering separately);
-every notebook's execution time and the total, projected to the 218 questions of the bank; and the
-book build time from stored outputs. Not a test: timings depend on the machine.
+every notebook's execution time (serial, one fresh kernel each); the strict nbval run of all of
+them exactly as `./book test` runs it (two workers), projected to the 218 questions of the bank:
+the budget of the design notes is for that run; and the book build time from stored outputs. Not a
+test: timings depend on the machine.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tools.notebooks import ROOT, notebook_paths
 BUDGET_IMPORT_S = 0.150
 BUDGET_EXPLORER_S = 0.100
 BUDGET_NOTEBOOK_S = 10.0  # "a few seconds" each
-BUDGET_ALL_NOTEBOOKS_S = 600.0  # 218 notebooks within 10 minutes on 2 cores
+BUDGET_ALL_NOTEBOOKS_S = 600.0  # the nbval run of 218 notebooks within 10 minutes on 2 cores
 QUESTIONS_IN_BANK = 218
 
 
@@ -86,6 +88,18 @@ def bench_notebooks() -> list[tuple[str, float]]:
     return rows
 
 
+def bench_nbval() -> tuple[float, bool]:
+    """(seconds, passed) of the strict nbval step of ./book test, the same command (two workers)."""
+    import os
+
+    from tools.run_tests import steps
+
+    (cmd,) = [cmd for name, cmd, _ in steps() if name.startswith("nbval")]
+    t = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, env={**os.environ, "MPLBACKEND": "Agg"})
+    return time.perf_counter() - t, done.returncode == 0
+
+
 def bench_build() -> float:
     t = time.perf_counter()
     subprocess.run([str(ROOT / ".venv" / "bin" / "jupyter-book"), "build", str(ROOT), "--quiet"], check=True,
@@ -124,12 +138,17 @@ def main(argv: list[str]) -> int:
             if flag:
                 over.append(f"notebook {rel}")
         total = sum(s for _, s in rows)
-        projected = total / max(len(rows), 1) * QUESTIONS_IN_BANK
-        print(f"{'total (' + str(len(rows)) + ' notebooks)':<62}{total:>8.1f}s")
-        print(f"{'projected to ' + str(QUESTIONS_IN_BANK) + ' notebooks (serial)':<62}{projected:>8.1f}s "
+        print(f"{'total, serial (' + str(len(rows)) + ' notebooks)':<62}{total:>8.1f}s")
+        nbval_s, passed = bench_nbval()
+        projected = nbval_s / max(len(rows), 1) * QUESTIONS_IN_BANK
+        print(f"{'strict nbval, 2 workers (' + str(len(rows)) + ' notebooks)':<62}{nbval_s:>8.1f}s"
+              f"{'' if passed else '  FAILED'}")
+        print(f"{'  projected to ' + str(QUESTIONS_IN_BANK) + ' notebooks':<62}{projected:>8.1f}s "
               f"(budget {BUDGET_ALL_NOTEBOOKS_S:.0f} s)")
         if projected > BUDGET_ALL_NOTEBOOKS_S:
-            over.append("all notebooks (projected)")
+            over.append("nbval of all notebooks (projected)")
+        if not passed:
+            over.append("nbval failed (run ./book test)")
 
     if not args.skip_build:
         print(f"\nbook build from stored outputs: {bench_build():.1f} s")
