@@ -63,6 +63,9 @@ def main(argv: list[str]) -> int:
     except papermill.PapermillExecutionError as err:
         print(f"the notebook failed with {params}: {err.ename}: {err.evalue}\n(partial output in {out})")
         return 1
+    except (TimeoutError, RuntimeError) as err:  # nbclient's CellTimeoutError, DeadKernelError, no kernel
+        print(f"the kernel stalled or died ({type(err).__name__}: {err}); run it again\n(partial output in {out})")
+        return 1
     print(f"wrote {out}")
     return 0
 
