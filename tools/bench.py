@@ -90,13 +90,11 @@ def bench_notebooks() -> list[tuple[str, float]]:
 
 def bench_nbval() -> tuple[float, bool]:
     """(seconds, passed) of the strict nbval step of ./book test, the same command (two workers)."""
-    import os
-
-    from tools.run_tests import steps
+    from tools.run_tests import step_env, steps
 
     (cmd,) = [cmd for name, cmd, _ in steps() if name.startswith("nbval")]
     t = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, env={**os.environ, "MPLBACKEND": "Agg"})
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, env=step_env())
     return time.perf_counter() - t, done.returncode == 0
 
 

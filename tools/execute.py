@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from tools.kernel import KernelManager
+from tools.kernel import CELL_TIMEOUT_S, KernelManager
 from tools.notebooks import ROOT, notebook_paths
 
 KERNEL = "python3"
@@ -47,7 +47,7 @@ def resolve(names: list[str]) -> list[Path]:
     return out
 
 
-def execute(path: Path, timeout: int = 300) -> float:
+def execute(path: Path, timeout: int = CELL_TIMEOUT_S) -> float:
     """Run every cell of ``path`` in a fresh kernel in its folder and write it back; seconds taken."""
     nb = nbformat.read(path, as_version=4)
     nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3 (ipykernel)", "language": "python"}

@@ -1,4 +1,4 @@
-"""The kernel manager every notebook run of the tools uses (./book execute, ./book variant, tests).
+"""How the tools run notebook kernels (./book execute, ./book variant, the tests): manager, timeouts.
 
 Why not nbclient's default: its asyncio client waits for a reply with one zmq poll as long as the
 cell timeout. ZeroMQ signals readiness through an edge-triggered file descriptor, and now and then
@@ -19,6 +19,11 @@ from jupyter_client.manager import AsyncKernelManager
 from traitlets import Type, default
 
 POLL_SLICE_S = 0.5  # the longest a missed zmq wakeup can delay a message
+KERNEL_START_S = 120  # a kernel that has not answered by then is not coming
+CELL_TIMEOUT_S = 240  # the slowest cell of any notebook takes a few seconds; this only stops hangs
+# What a stalled or dead kernel raises (nbclient's CellTimeoutError, DeadKernelError, a kernel
+# that never started), as opposed to a cell that fails.
+KERNEL_FAULTS = (TimeoutError, RuntimeError)
 
 
 class SlicedPollChannel(AsyncZMQSocketChannel):

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 
+from tools.kernel import CELL_TIMEOUT_S
 from tools.notebooks import ROOT
 
 PY = sys.executable
@@ -32,12 +33,17 @@ def steps() -> list[tuple[str, list[str], int]]:
         ("lint", [PY, "-m", "ruff", "check", "lib", "tools", "tests", "chapters", "_ext"], 120),
         ("lib tests", pytest + ["tests/unit", "--durations=5"], 900),
         ("nbval (strict)", pytest + ["--nbval", "chapters", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
-                                     "--nbval-cell-timeout", "240", "-n", "2", "--dist", "loadfile", "--durations=5"], 900),
+                                     "--nbval-cell-timeout", str(CELL_TIMEOUT_S), "-n", "2", "--dist", "loadfile", "--durations=5"], 900),
         ("book build", [str(ROOT / ".venv" / "bin" / "jupyter-book"), "build", ".", "-W", "-n",
                         "--keep-going", "--quiet"], 900),
         ("book tests", pytest + ["tests/book", "-n", "2", "--durations=5"], 900),
         ("browser tests", pytest + ["tests/browser", "--durations=5"], 900),
     ]
+
+
+def step_env() -> dict:
+    """The environment every step runs in: headless matplotlib, the CI hypothesis profile."""
+    return {**os.environ, "MPLBACKEND": "Agg", "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "ci")}
 
 
 def run_step(cmd: list[str], env: dict, limit_s: int) -> int:
@@ -54,7 +60,7 @@ def run_step(cmd: list[str], env: dict, limit_s: int) -> int:
 
 def main() -> int:
     os.chdir(ROOT)
-    env = {**os.environ, "MPLBACKEND": "Agg", "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "ci")}
+    env = step_env()
     shutil.rmtree(ROOT / "_build" / "html", ignore_errors=True)
     shutil.rmtree(ROOT / "_build" / ".doctrees", ignore_errors=True)
     results = []

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from tools.execute import KERNEL, resolve
-from tools.kernel import KernelManager
+from tools.kernel import CELL_TIMEOUT_S, KERNEL_FAULTS, KERNEL_START_S, KernelManager
 from tools.notebooks import ROOT
 
 
@@ -25,10 +25,6 @@ def _value(text: str):
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
-
-
-KERNEL_START_S = 120  # a kernel that has not answered by then is not coming
-CELL_TIMEOUT_S = 240  # the slowest cell of any notebook takes a few seconds; this only stops hangs
 
 
 def render(src: Path, out: Path, params: dict) -> None:
@@ -63,7 +59,7 @@ def main(argv: list[str]) -> int:
     except papermill.PapermillExecutionError as err:
         print(f"the notebook failed with {params}: {err.ename}: {err.evalue}\n(partial output in {out})")
         return 1
-    except (TimeoutError, RuntimeError) as err:  # nbclient's CellTimeoutError, DeadKernelError, no kernel
+    except KERNEL_FAULTS as err:
         print(f"the kernel stalled or died ({type(err).__name__}: {err}); run it again\n(partial output in {out})")
         return 1
     print(f"wrote {out}")

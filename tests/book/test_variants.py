@@ -17,8 +17,8 @@ import time
 import warnings
 
 import pytest
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
+from tools.kernel import KERNEL_FAULTS
 from tools.notebooks import ROOT, notebook_paths
 from tools.variant import render
 
@@ -65,7 +65,7 @@ def test_notebook_passes_its_checks_with_other_parameters(path, variant, tmp_pat
     start = time.perf_counter()
     try:
         render(path, out, variant)
-    except (CellTimeoutError, DeadKernelError, RuntimeError) as fault:
+    except KERNEL_FAULTS as fault:
         warnings.warn(f"{path.name} with {variant}: kernel fault ({type(fault).__name__}: {fault}); "
                       "retrying once in a fresh kernel", stacklevel=1)
         start = time.perf_counter()
