@@ -26,6 +26,7 @@ from lib._data import load_yaml
 from lib.dtypes import bytes_per_element
 from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
+from lib.memory import default_memory_utilization
 from lib.models import Model, model
 from lib.roofline import (
     kv_shard_fraction,
@@ -34,7 +35,7 @@ from lib.roofline import (
     weight_bytes_read_per_step,
     weight_bytes_streamed,
 )
-from lib.throughput import decode_step_line, default_memory_utilization, kv_batch_ceiling
+from lib.throughput import decode_step_line, kv_batch_ceiling
 
 GENERATIONS = ("a100-sxm", "h100-sxm", "h200", "b200")
 

@@ -32,8 +32,7 @@ from lib import kvcache_prefix as kp
 from lib._data import load_yaml
 from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.memory import fact as memory_fact
-from lib.memory import kv_free_bytes_per_gpu
+from lib.memory import default_memory_utilization, kv_free_bytes_per_gpu
 from lib.models import Model, model
 from lib.prefill import assumptions as prefill_assumptions
 from lib.roofline import kv_shard_fraction
@@ -389,9 +388,8 @@ def tier_costs(
     b = m.kv_bytes_per_token(kv_dtype)
     share = n_gpus / node.gpus_per_node
     recompute = recompute_time_s(m, g, p, n_gpus, compute_dtype, mfu)
-    if memory_utilization is None:
-        memory_utilization = memory_fact("gpu_memory_utilization")
-    hbm = max(kv_free_bytes_per_gpu(m, g, n_gpus, weight_dtype, memory_utilization), 0.0) * n_gpus
+    u = default_memory_utilization(memory_utilization)
+    hbm = max(kv_free_bytes_per_gpu(m, g, n_gpus, weight_dtype, u), 0.0) * n_gpus
     dram = node.dram_bytes * node.dram_usable_fraction * share
     ssd = node.ssd_drives * node.ssd_capacity_bytes * share
     rows = [

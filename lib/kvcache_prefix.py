@@ -48,8 +48,8 @@ from lib.kvcache import (
     multi_turn_chat_trace,
 )
 from lib.kvcache.radix import RadixNode
+from lib.memory import default_memory_utilization, kv_free_bytes_per_gpu
 from lib.memory import fact as memory_fact
-from lib.memory import kv_free_bytes_per_gpu
 from lib.models import Model, model
 from lib.roofline import kv_shard_fraction, weight_bytes_read_per_step
 from lib.units import GB
@@ -1416,9 +1416,7 @@ def kv_pool_blocks(
     tp = _tp(m, tp)
     if block_size is None:
         block_size = memory_fact("block_size")
-    if memory_utilization is None:
-        memory_utilization = memory_fact("gpu_memory_utilization")
-    util = fraction("memory_utilization", memory_utilization, allow_zero=False)
+    util = fraction("memory_utilization", default_memory_utilization(memory_utilization), allow_zero=False)
     free = kv_free_bytes_per_gpu(m, g, tp, weight_dtype, util)
     if free <= 0:
         raise ValueError(

@@ -56,6 +56,12 @@ def fact(name: str):
     raise ValueError(f"unknown serving-memory fact {name!r}; known: {', '.join(known)}")
 
 
+def default_memory_utilization(memory_utilization: float | None = None) -> float:
+    """``memory_utilization``, or (None) vLLM's default ``gpu_memory_utilization`` as
+    ``data/serving_memory.yaml`` records it (``engine_defaults.gpu_memory_utilization``)."""
+    return fact("gpu_memory_utilization") if memory_utilization is None else memory_utilization
+
+
 def fact_range(name: str) -> tuple[float, float]:
     """(low, high) of a fact that states a range; (value, value) when it states none."""
     doc = _doc()
@@ -675,11 +681,7 @@ def memory_budget(
     m, g = model(mdl), gpu(chip)
     placement = kv_placement(m, tp, kv_dtype, pp, dcp, dp_attention)
     u = fraction(
-        "gpu_memory_utilization",
-        fact("gpu_memory_utilization")
-        if gpu_memory_utilization is None
-        else gpu_memory_utilization,
-        allow_zero=False,
+        "gpu_memory_utilization", default_memory_utilization(gpu_memory_utilization), allow_zero=False
     )
     dflt_tokens, dflt_seqs = _default_batch_limits(g)
     tokens = integer(

@@ -30,15 +30,9 @@ import numpy as np
 
 from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.memory import fact, kv_capacity_sequences
+from lib.memory import default_memory_utilization, kv_capacity_sequences
 from lib.models import Model, model
 from lib.roofline import kv_shard_fraction, lookup_bytes_read, weight_bytes_streamed
-
-
-def default_memory_utilization(memory_utilization: float | None = None) -> float:
-    """``memory_utilization``, or (None) vLLM's default ``gpu_memory_utilization`` as
-    ``data/serving_memory.yaml`` records it (``engine_defaults.gpu_memory_utilization``)."""
-    return fact("gpu_memory_utilization") if memory_utilization is None else memory_utilization
 
 
 def _check_tp(m: Model, tp: int) -> int:
