@@ -46,7 +46,7 @@ def bench_import() -> float:
 def bench_explorers(samples: int, seed: int = 0) -> list[tuple[str, float, float, float, float]]:
     """Per explorer: median compute, median render, p50 and p95 of their sum, over ``samples``
     random inputs that give a view (invalid combinations, answered by a message, are skipped)."""
-    from lib import widgets
+    from lib.book import widgets
 
     rng = random.Random(seed)
     rows = []

@@ -1,5 +1,5 @@
 """View functions behind the notebooks' explorers, one module per section.
 
-Each function is pure (inputs in, :class:`lib.widgets.View` out), registered with
-:func:`lib.widgets.explorer`, and raises ValueError with a clear message on bad input.
+Each function is pure (inputs in, :class:`lib.book.widgets.View` out), registered with
+:func:`lib.book.widgets.explorer`, and raises ValueError with a clear message on bad input.
 """

@@ -16,8 +16,8 @@ import random
 
 import numpy as np
 
-from lib import kvcache_paging as kp
-from lib import models
+from lib.book.svgplot import Rectangle, subplots
+from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.kvcache import (
     BlockAllocator,
     DefectiveAllocator,
@@ -27,9 +27,9 @@ from lib.kvcache import (
     content_oracle,
     ownership_oracle,
 )
-from lib.svgplot import Rectangle, subplots
+from lib.kvcache import paging as kp
+from lib.registry import models
 from lib.units import fmt_bytes, fmt_pct, sig
-from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 MODELS = tuple(models.model_names())
 

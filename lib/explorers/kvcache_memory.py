@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib import hardware, models
-from lib import memory as mem
-from lib import prefill as pf
-from lib.svgplot import figure
+from lib.book.svgplot import figure
+from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.perf import memory as mem
+from lib.perf import prefill as pf
+from lib.registry import hardware, models
 from lib.units import GiB, fmt_bytes, fmt_pct, fmt_time, sig
-from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())

@@ -7,11 +7,12 @@ import math
 
 import numpy as np
 
-from lib import fp8, hardware, models
-from lib import kv_tiering as kt
-from lib.svgplot import figure
+from lib.book.svgplot import figure
+from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.kvcache import tiering as kt
+from lib.numerics import fp8
+from lib.registry import hardware, models
 from lib.units import GB, TB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_time, sig
-from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())

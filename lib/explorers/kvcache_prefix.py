@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from lib import hardware, models
-from lib import kvcache_prefix as kp
+from lib.book.svgplot import Rectangle, figure
+from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.kvcache import (
     chain_hashes,
     cyclic_prefix_workload,
@@ -18,9 +18,9 @@ from lib.kvcache import (
     shared_prefix_workload,
     simulate,
 )
-from lib.svgplot import Rectangle, figure
+from lib.kvcache import prefix as kp
+from lib.registry import hardware, models
 from lib.units import GB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_time, sig
-from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib import hardware, models
-from lib import roofline as rf
-from lib.dtypes import BYTES_PER_ELEMENT
-from lib.svgplot import figure
+from lib.book.svgplot import figure
+from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.perf import roofline as rf
+from lib.registry import hardware, models
+from lib.registry.dtypes import BYTES_PER_ELEMENT
 from lib.units import MS, US, fmt_bytes, fmt_pct, fmt_time, sig
-from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 WEIGHT_DTYPES = ("bf16", "fp8", "int4")
 COMPUTE_DTYPES = ("bf16", "fp8")

@@ -6,12 +6,13 @@ import math
 
 import numpy as np
 
-from lib import datasheet as ds
-from lib import energy, hardware, models, moe, moe_cost
-from lib import throughput as tput
-from lib.svgplot import subplots
+from lib.book.svgplot import subplots
+from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.perf import datasheet as ds
+from lib.perf import energy, moe, moe_cost
+from lib.perf import throughput as tput
+from lib.registry import hardware, models
 from lib.units import fmt_bytes, fmt_pct, fmt_time, sig
-from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 MOE_MODELS = tuple(k for k in models.model_names() if models.model(k).is_moe)
 GPUS = tuple(hardware.gpu_names())

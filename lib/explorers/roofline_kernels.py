@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib import decode_kernels as dk
-from lib import gaps, hardware, models
-from lib import roofline as rf
-from lib.svgplot import figure
+from lib.book.svgplot import figure
+from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.perf import decode_kernels as dk
+from lib.perf import gaps
+from lib.perf import roofline as rf
+from lib.registry import hardware, models
 from lib.units import US, fmt_bytes, fmt_pct, fmt_time, sig
-from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 DENSE_MODELS = tuple(
     k for k in models.model_names() if not models.model(k).is_moe and not models.model(k).is_mla

@@ -8,14 +8,15 @@ import math
 
 import numpy as np
 
-from lib import attention_intensity as ai
-from lib import hardware, models, tpdecode
-from lib import prefill as pf
-from lib import roofline as rf
-from lib.dtypes import bytes_per_element
-from lib.svgplot import figure
+from lib.book.svgplot import figure
+from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.perf import attention_intensity as ai
+from lib.perf import prefill as pf
+from lib.perf import roofline as rf
+from lib.perf import tpdecode
+from lib.registry import hardware, models
+from lib.registry.dtypes import bytes_per_element
 from lib.units import MS, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_time, sig
-from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 
-from lib import ffn as ffn_lib
-from lib import hardware, models
-from lib import mbu as mbu_lib
-from lib import tpdecode as tpd
-from lib.svgplot import subplots
+from lib.book.svgplot import subplots
+from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.perf import ffn as ffn_lib
+from lib.perf import mbu as mbu_lib
+from lib.perf import tpdecode as tpd
+from lib.registry import hardware, models
 from lib.units import MS, US, fmt_bytes, fmt_pct, fmt_time, sig
-from lib.widgets import Choice, FloatRange, IntRange, View, explorer
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())

@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from lib import roofline
+from lib.perf import roofline
 from lib.units import sig
 from tools.notebooks import ROOT
 

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from lib import widgets
-from lib.widgets import Choice, FloatRange, IntRange
+from lib.book import widgets
+from lib.book.widgets import Choice, FloatRange, IntRange
 
 
 def _fuzz_explorer(name: str, n: int = 40, seed: int = 0) -> None:

@@ -1,4 +1,4 @@
-"""lib.attention_intensity: decode-attention FLOPs, bytes and intensity for MHA, GQA and MLA."""
+"""lib.perf.attention_intensity: decode-attention FLOPs, bytes and intensity for MHA, GQA and MLA."""
 
 import math
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib import attention_intensity as ai
-from lib.models import model
+from lib.perf import attention_intensity as ai
+from lib.registry.models import model
 
 # ---- closed forms and published values -------------------------------------------------
 
@@ -81,14 +81,14 @@ def test_query_tokens_for_ridge():
     )
 
 
-# ---- second methods: lib.models and brute force ------------------------------------------
+# ---- second methods: lib.registry.models and brute force ------------------------------------------
 
 
 @pytest.mark.parametrize(
     "key", ["llama-3.1-70b", "llama-2-7b", "mixtral-8x7b", "deepseek-v3", "gpt3-175b"]
 )
 def test_cache_bytes_equal_models_kv_bytes(key):
-    # bytes read per context token (batch 1, tp 1, no query traffic) = lib.models KV bytes per token
+    # bytes read per context token (batch 1, tp 1, no query traffic) = lib.registry.models KV bytes per token
     f1, b1 = ai.decode_attention_flops_bytes(key, 1001)
     f0, b0 = ai.decode_attention_flops_bytes(key, 1000)
     assert b1 - b0 == pytest.approx(model(key).kv_bytes_per_token("bf16"), rel=1e-12)
@@ -102,7 +102,7 @@ def test_gqa_flops_equal_models_attention_flops(key):
 
 
 def test_materialized_mla_flops_equal_models_attention_flops():
-    # lib.models counts MLA attention unabsorbed (d_qk 192, d_v 128)
+    # lib.registry.models counts MLA attention unabsorbed (d_qk 192, d_v 128)
     assert ai.decode_attention_flops_bytes("deepseek-v3", 4096, absorbed=False)[0] == pytest.approx(
         model("deepseek-v3").attention_flops_per_token(4096), rel=1e-12
     )

@@ -1,4 +1,4 @@
-"""lib.datasheet: generation ratios, regimes, headline checks, bytes per FLOP and shoreline."""
+"""lib.perf.datasheet: generation ratios, regimes, headline checks, bytes per FLOP and shoreline."""
 
 import math
 
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib import datasheet as ds
-from lib import throughput as tput
-from lib.models import model
+from lib.perf import datasheet as ds
+from lib.perf import throughput as tput
+from lib.registry.models import model
 
 
 def test_bytes_per_flop_is_the_inverse_published_ridge():

@@ -1,4 +1,4 @@
-"""lib.decode_kernels: the per-kernel decode table against second methods (the model's own FLOP
+"""lib.perf.decode_kernels: the per-kernel decode table against second methods (the model's own FLOP
 and parameter counts, hand counts of bytes, bisection) and published configs."""
 
 import math
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib import decode_kernels as dk
-from lib import roofline as rf
-from lib import widgets
-from lib.models import model
+from lib.book import widgets
+from lib.perf import decode_kernels as dk
+from lib.perf import roofline as rf
+from lib.registry.models import model
 
 DENSE = (
     "llama-3.1-8b",
@@ -43,7 +43,7 @@ def test_matmul_and_attention_flops_sum_to_the_models_flops_per_token(
     key, batch, context, fusion, data
 ):
     # Second method: Model.flops_per_token = 2 x matmul params + attention term, counted from
-    # the config by lib.models, independent of the kernel-by-kernel shapes.
+    # the config by lib.registry.models, independent of the kernel-by-kernel shapes.
     m = model(key)
     tp = data.draw(st.sampled_from(_valid_tps(m)))
     table = dk.decode_step_kernels(m, "h100-sxm", batch, context, tp, fusion=fusion)
@@ -62,7 +62,7 @@ def test_weight_bytes_are_the_parameters_minus_untouched_embedding_rows(key, bat
     tied = m.vocab_size * m.hidden_size if m.tie_word_embeddings else 0
     expected = 2.0 * (m.params_total - m.params_embedding + tied + rows * batch * m.hidden_size)
     assert math.isclose(sum(k.weight_bytes for k in table), expected, rel_tol=1e-12)
-    # and the kernel table agrees with lib.roofline's whole-step count
+    # and the kernel table agrees with lib.perf.roofline's whole-step count
     assert math.isclose(expected, rf.weight_bytes_read_per_step(m, batch), rel_tol=1e-12)
 
 

@@ -1,4 +1,4 @@
-"""lib.energy: joules per token, the power model's bounds and the wall-power factors."""
+"""lib.perf.energy: joules per token, the power model's bounds and the wall-power factors."""
 
 import math
 
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib import energy
-from lib import throughput as tput
-from lib.hardware import gpu
+from lib.perf import energy
+from lib.perf import throughput as tput
+from lib.registry.hardware import gpu
 
 
 def test_joules_per_token_is_power_over_throughput():

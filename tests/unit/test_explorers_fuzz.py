@@ -1,7 +1,7 @@
 """Every registered explorer, driven over random valid and invalid inputs: no exception escapes.
 
 A view function must return a View for valid inputs or raise ValueError with a message; through
-``lib.widgets.render`` the reader then sees that message, never a traceback.
+``lib.book.widgets.render`` the reader then sees that message, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lib import widgets
+from lib.book import widgets
 
 REGISTRY = widgets.registry()
 NAMES = sorted(REGISTRY)

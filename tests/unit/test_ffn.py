@@ -1,4 +1,4 @@
-"""lib.ffn: the FFN layer's three costs, closed-form regime boundaries against brute force."""
+"""lib.perf.ffn: the FFN layer's three costs, closed-form regime boundaries against brute force."""
 
 import math
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib import ffn, roofline
-from lib.models import model
+from lib.perf import ffn, roofline
+from lib.registry.models import model
 
 SHAPES = [
     ffn.ffn_shape(k) for k in ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "gpt3-175b")
@@ -25,14 +25,14 @@ def test_shapes_from_configs():
         49152,
         2,
     )  # GPT-3 paper Table 2.1: d_ff = 4 d_model
-    # second method: lib.models counts the same FFN parameters per layer
+    # second method: lib.registry.models counts the same FFN parameters per layer
     assert model("llama-3.1-70b").mlp_params_per_layer() == s.weight_params
     assert ffn.ffn_shape("mixtral-8x7b").d_ff == 14336  # one expert
 
 
 @given(st.sampled_from(SHAPES), st.integers(1, 8192), st.sampled_from([1, 2, 4, 8]))
 def test_flops_and_weight_bytes_equal_the_sum_of_the_gemms(shape, tokens, tp):
-    # second method: every GEMM of the sharded FFN through lib.roofline.gemm_flops_bytes
+    # second method: every GEMM of the sharded FFN through lib.perf.roofline.gemm_flops_bytes
     f_n = shape.d_ff // tp
     gemms = [(tokens, f_n, shape.d_model)] * (shape.matrices - 1) + [(tokens, shape.d_model, f_n)]
     flops = sum(roofline.gemm_flops_bytes(*g)[0] for g in gemms)

@@ -1,4 +1,4 @@
-"""lib.fp8: E4M3 emulation against torch.float8_e4m3fn (the oracle), properties of the rounding,
+"""lib.numerics.fp8: E4M3 emulation against torch.float8_e4m3fn (the oracle), properties of the rounding,
 scaled quantization, the rounding/clipping split and the synthetic attention experiment."""
 
 import math
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib import fp8
+from lib.numerics import fp8
 
 finite_f32 = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, width=32)
 in_range = st.floats(min_value=-448.0, max_value=448.0, allow_nan=False, allow_subnormal=True)

@@ -1,4 +1,4 @@
-"""lib.gaps: the trace partitions the step, the closed form agrees with the trace, and the default
+"""lib.perf.gaps: the trace partitions the step, the closed form agrees with the trace, and the default
 assumptions reproduce published batch-1 measurements (gpt-fast)."""
 
 import math
@@ -7,11 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib import decode_kernels as dk
-from lib import gaps, widgets
-from lib import roofline as rf
-from lib.models import model
-from lib.moe import expected_experts_touched
+from lib.book import widgets
+from lib.perf import decode_kernels as dk
+from lib.perf import gaps
+from lib.perf import roofline as rf
+from lib.perf.moe import expected_experts_touched
+from lib.registry.models import model
 
 DENSE = ("llama-3.1-8b", "llama-3.1-70b", "llama-2-7b", "llama-2-70b", "qwen2.5-72b", "gpt3-175b")
 
@@ -65,11 +66,11 @@ def test_eager_with_free_launches_equals_graph_replay_and_costly_launches_open_g
 
 
 def test_weight_floor_is_the_matmul_parameters():
-    # Second method from lib.models: matmul params (incl. LM head) x 2 B / tp / W.
+    # Second method from lib.registry.models: matmul params (incl. LM head) x 2 B / tp / W.
     m = model("llama-3.1-70b")
     expected = m.matmul_params_active * 2 / 8 / 3.35e12
     assert math.isclose(gaps.weight_floor_s(m, "h100-sxm", 8), expected, rel_tol=1e-12)
-    # and it sits below lib.roofline's floor by exactly what non-GEMM kernels read: the norm
+    # and it sits below lib.perf.roofline's floor by exactly what non-GEMM kernels read: the norm
     # weights and the one embedding row (the roofline no longer counts the embedding table)
     diff = rf.decode_step(m, "h100-sxm", 8).memory_s - expected
     assert math.isclose(diff, (m.params_norm + m.hidden_size) * 2 / 8 / 3.35e12, rel_tol=1e-9)
@@ -136,7 +137,7 @@ def test_expert_load_imbalance_against_exact_cases():
     r = gaps.expert_load_imbalance(8, 2, 64, trials=4000, seed=1)
     assert r["mean"] == 16 and r["ratio"] > 1.0
     # Second method on a related quantity: the fraction of trials an expert is idle matches
-    # the closed form behind lib.moe (1 - k/E)^B, through E[distinct experts].
+    # the closed form behind lib.perf.moe (1 - k/E)^B, through E[distinct experts].
     one = gaps.expert_load_imbalance(64, 2, 1)
     assert one["max"] == 1.0  # one token: each of its 2 experts gets exactly 1
     assert math.isclose(expected_experts_touched(8, 2, 64), 8.0, rel_tol=1e-6)

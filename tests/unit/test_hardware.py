@@ -1,10 +1,10 @@
-"""lib.hardware against the vendors' datasheets (dense peaks) and published ridge points."""
+"""lib.registry.hardware against the vendors' datasheets (dense peaks) and published ridge points."""
 
 import math
 
 import pytest
 
-from lib.hardware import gpu, gpu_names
+from lib.registry.hardware import gpu, gpu_names
 
 REQUIRED = ["a100-sxm", "h100-sxm", "h100-pcie", "h200", "b200", "mi300x", "l4"]
 

@@ -21,5 +21,5 @@ def test_import_lib_loads_nothing_heavy():
 
 
 def test_core_modules_defer_plotting_and_widgets():
-    loaded = _loaded_after("import lib.roofline, lib.models, lib.hardware, lib.widgets, lib.check, lib.units")
+    loaded = _loaded_after("import lib.perf.roofline, lib.registry.models, lib.registry.hardware, lib.book.widgets, lib.book.check, lib.units")
     assert not loaded & set(HEAVY), loaded & set(HEAVY)

@@ -185,7 +185,7 @@ def test_integer_array_accepts_every_numpy_integer_dtype(dtype, values):
 
 
 def test_memory_accepts_numpy_integer_tp():
-    from lib import memory
+    from lib.perf import memory
 
     for tp in (np.int64(4), np.int32(4), np.uint8(4)):
         assert memory.weight_bytes_per_gpu("llama-3.1-70b", tp) == memory.weight_bytes_per_gpu(
@@ -207,7 +207,7 @@ def test_memory_accepts_numpy_integer_tp():
 
 
 def test_roofline_and_throughput_accept_numpy_integer_tp():
-    from lib import roofline, throughput
+    from lib.perf import roofline, throughput
 
     assert roofline.kv_shard_fraction("llama-3.1-70b", np.int64(16)) == 1 / 8
     assert roofline.decode_step("llama-3.1-70b", "h100-sxm", np.int64(8), 4, 1024) == (
@@ -218,7 +218,7 @@ def test_roofline_and_throughput_accept_numpy_integer_tp():
 
 
 def _calls():
-    from lib import attention_intensity, decode_kernels, mbu, prefill, roofline, tpdecode
+    from lib.perf import attention_intensity, decode_kernels, mbu, prefill, roofline, tpdecode
 
     m70, h100 = "llama-3.1-70b", "h100-sxm"
     return [

@@ -1,4 +1,4 @@
-"""lib.kv_tiering: fetch against recompute per tier, the break-even ratio, and SSD wear-out.
+"""lib.kvcache.tiering: fetch against recompute per tier, the break-even ratio, and SSD wear-out.
 
 Expected values are worked by hand from the datasheet figures in data/storage_tiers.yaml and
 data/hardware.yaml (H100 SXM dense BF16 989 TFLOP/s), or checked by a second method (bisection,
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib import kv_tiering as kt
-from lib import kvcache_prefix as kp
-from lib.models import model
+from lib.kvcache import prefix as kp
+from lib.kvcache import tiering as kt
+from lib.registry.models import model
 
 H100_BF16 = 989e12  # NVIDIA H100 SXM datasheet, dense BF16 (data/hardware.yaml)
 KV_70B = 327_680  # 80 layers x 2 x 8 KV heads x 128 x 2 bytes (data/models.yaml published value)
@@ -57,7 +57,7 @@ def test_fetch_time_by_hand():
 
 
 def test_recompute_time_by_hand():
-    # Llama 3.1 70B: 69,501,714,432 matmul params (lib.prefill inventory test) -> 2N per token;
+    # Llama 3.1 70B: 69,501,714,432 matmul params (lib.perf.prefill inventory test) -> 2N per token;
     # attention 4 x 80 layers x 64 heads x 128 = 2,621,440 FLOP per context token; causal mean (P+1)/2
     p = 4096
     flops = p * (2 * 69_501_714_432 + 2_621_440 * (p + 1) / 2)
@@ -228,7 +228,7 @@ def test_write_rate_scales_and_validates():
 
 def test_node_and_per_gpu_tiers_share_one_value_per_fact():
     # data/storage_tiers.yaml holds each fetch latency, the SSD read rate and its efficiency once:
-    # the node of lib.kv_tiering and the per-GPU tiers of lib.kvcache_prefix read the same entries.
+    # the node of lib.kvcache.tiering and the per-GPU tiers of lib.kvcache.prefix read the same entries.
     n = kt.default_node()
     nvme, host = kp.storage_tier("local_nvme", "h100-sxm"), kp.storage_tier("host_dram", "h100-sxm")
     assert n.ssd_latency_s == nvme.latency_s == pytest.approx(500e-6)
@@ -242,9 +242,9 @@ def test_node_and_per_gpu_tiers_share_one_value_per_fact():
 @given(st.sampled_from(["llama-3.1-70b", "llama-3.1-8b", "llama-2-7b", "deepseek-v3"]),
        st.sampled_from([1, 2, 4, 8]), st.integers(1, 200_000))
 def test_replica_view_is_lib_kvcache_prefix_per_gpu(key, n, p):
-    # W* of the replica (unique bytes) = the per-GPU W* of lib.kvcache_prefix / the share each
+    # W* of the replica (unique bytes) = the per-GPU W* of lib.kvcache.prefix / the share each
     # GPU holds; with TP <= KV heads that is n x the per-GPU figure.
-    from lib.roofline import kv_shard_fraction
+    from lib.perf.roofline import kv_shard_fraction
 
     m = model(key)
     per_gpu = kp.breakeven_bandwidth_closed_form(m, "h100-sxm", p, tp=n, mfu=0.6)

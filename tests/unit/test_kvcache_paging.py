@@ -1,4 +1,4 @@
-"""lib.kvcache_paging: waste bound, sharing counts and the grader, each against a second method.
+"""lib.kvcache.paging: waste bound, sharing counts and the grader, each against a second method.
 
 Second methods: the real BlockAllocator (blocks a sequence takes, blocks in use after a replay,
 copy events), the chained-hash PrefixBlockCache (prefix hit granularity), brute-force enumeration
@@ -14,8 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib import kvcache_paging as kp
-from lib import models
 from lib.kvcache import (
     BlockAllocator,
     DefectiveAllocator,
@@ -26,6 +24,8 @@ from lib.kvcache import (
     first_violation,
     ownership_oracle,
 )
+from lib.kvcache import paging as kp
+from lib.registry import models
 
 # --------------------------------------------------------------------------- waste
 
@@ -117,9 +117,9 @@ def test_waste_summary_by_hand():
 
 
 def test_budget_and_tp():
-    from lib import memory
+    from lib.perf import memory
 
-    # 8B in BF16 on one H100 SXM: the engine's KV pool, lib.memory's one formula...
+    # 8B in BF16 on one H100 SXM: the engine's KV pool, lib.perf.memory's one formula...
     budget = kp.kv_budget_bytes("llama-3.1-8b", "h100-sxm", 1)
     assert budget == memory.memory_budget("llama-3.1-8b", "h100-sxm", 1).kv_cache_bytes
     # ...under 0.9 x the 79.19 GiB the driver reports (vLLM startup logs) less 8.03e9 x 2 bytes of

@@ -1,4 +1,4 @@
-"""lib.kvcache_prefix: recompute vs fetch, storage tiers, hit-rate accounting, radix tools, block tools.
+"""lib.kvcache.prefix: recompute vs fetch, storage tiers, hit-rate accounting, radix tools, block tools.
 
 Expected values come from a second method (explicit sums, brute force, hand arithmetic on
 published configs) with the tolerance stated beside each.
@@ -11,8 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib import hardware, models
-from lib import kvcache_prefix as kp
 from lib.kvcache import (
     PrefixBlockCache,
     RadixCache,
@@ -20,6 +18,8 @@ from lib.kvcache import (
     hash_block,
     multi_turn_chat_trace,
 )
+from lib.kvcache import prefix as kp
+from lib.registry import hardware, models
 
 M70, H100 = "llama-3.1-70b", "h100-sxm"
 # Llama 3.1 70B KV bytes per token in BF16: 2 (K, V) x 80 layers x 8 KV heads x 128 x 2 bytes
@@ -481,7 +481,7 @@ def test_block_bytes_and_pool():
 
 
 def test_explorer_values_agree_with_the_library():
-    from lib import widgets
+    from lib.book import widgets
     from lib.kvcache import cyclic_steady_state
 
     view = widgets.render(

@@ -1,4 +1,4 @@
-"""lib.mbu: the MBU definition, its pitfalls priced by independent arithmetic, and the I005 split."""
+"""lib.perf.mbu: the MBU definition, its pitfalls priced by independent arithmetic, and the I005 split."""
 
 import math
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib import mbu, tpdecode
-from lib.models import model
+from lib.perf import mbu, tpdecode
+from lib.registry.models import model
 from lib.units import GB, GiB
 
 DSV3 = mbu.Scenario("deepseek-v3", "h200", 8, 32, 16384, "fp8", "bf16", 0.030, 0.6)
@@ -24,7 +24,7 @@ def test_step_bytes_dense_and_moe():
     b = mbu.step_bytes("llama-3.1-70b", 1, 0)
     assert b.weights == b.weights_all_experts
     assert b.weights == (model("llama-3.1-70b").params_total - 128_256 * 8_192 + 8_192) * 2
-    # MoE at batch 1 reads the active parameters only (lib.models counts them independently),
+    # MoE at batch 1 reads the active parameters only (lib.registry.models counts them independently),
     # again less the 129,280 x 7,168 embedding table but one row
     one = mbu.step_bytes("deepseek-v3", 1, 0, weight_dtype="fp8")
     table = 129_280 * 7_168
@@ -137,7 +137,7 @@ def test_bad_inputs_are_clear_errors(call, match):
 
 def test_diagnosis_floor_counts_replicated_kv_once():
     # MLA's latent is read by all 8 ranks: 7/8 of the per-rank KV read is a replication bucket,
-    # and the floor equals the replica-level MBU floor of lib.mbu.Scenario (second method).
+    # and the floor equals the replica-level MBU floor of lib.perf.mbu.Scenario (second method).
     step = tpdecode.decode_step("deepseek-v3", "h200", 8, 16, 8192)
     d = mbu.diagnose(step, 0.5)
     assert step.kv_copies == 8

@@ -1,4 +1,4 @@
-"""lib.memory: the serving memory budget, its components, KV placement and long-context helpers.
+"""lib.perf.memory: the serving memory budget, its components, KV placement and long-context helpers.
 
 Expected values come from a published figure (source beside it) or an independent second
 method (hand arithmetic from the config, brute-force allocation, summing chunks), each with an
@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib import memory as mem
-from lib import models, prefill
 from lib.kvcache import BlockAllocator, OutOfBlocks
+from lib.perf import memory as mem
+from lib.perf import prefill
+from lib.registry import models
 from lib.units import GiB, MiB
 
 L70 = "llama-3.1-70b"
@@ -267,10 +268,10 @@ def test_kv_capacity_by_hand():
     st.floats(0.5, 1.0),
 )
 def test_capacity_helpers_are_one_formula(key, chip, tp, context, util):
-    # The batch ceilings of lib.prefill and lib.throughput are lib.memory's; sequences are whole
+    # The batch ceilings of lib.perf.prefill and lib.perf.throughput are lib.perf.memory's; sequences are whole
     # multiples of the token capacity; and a budget that fits B sequences does not fit B + 1.
-    from lib import throughput as tput
-    from lib.roofline import fits_in_memory
+    from lib.perf import throughput as tput
+    from lib.perf.roofline import fits_in_memory
 
     m = models.model(key)
     if m.num_attention_heads % tp:
@@ -355,7 +356,7 @@ def test_gpu_hour_cost():
 
 @pytest.mark.parametrize("prompt,chunk", [(131072, 8192), (10000, 3000), (4096, 4096)])
 def test_chunk_steps_sum_to_the_prefill(prompt, chunk):
-    # Second method: the chunks of one prompt add up to lib.prefill's whole-prompt compute time.
+    # Second method: the chunks of one prompt add up to lib.perf.prefill's whole-prompt compute time.
     total, pos = 0.0, 0
     while pos < prompt:
         c = min(chunk, prompt - pos)
@@ -400,7 +401,7 @@ def test_budget_positive_everywhere():
 
 
 def test_capped_long_prefill():
-    # Cap = budget: the plain prefill's compute (second method: lib.prefill) when the last chunk
+    # Cap = budget: the plain prefill's compute (second method: lib.perf.prefill) when the last chunk
     # fills the budget exactly.
     est = prefill.prefill_estimate(L70, "h100-sxm", 131072, 8, 0.6)
     full = mem.capped_long_prefill_s(L70, "h100-sxm", 131072, 8192, 8192, 8, 0.6)

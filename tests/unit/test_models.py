@@ -1,4 +1,4 @@
-"""lib.models: parameter counts, FLOPs and KV bytes against published values."""
+"""lib.registry.models: parameter counts, FLOPs and KV bytes against published values."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib.models import model, model_names
+from lib.registry.models import model, model_names
 
 REQUIRED = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-2-7b", "llama-2-70b",
             "mixtral-8x7b", "deepseek-v3", "qwen2.5-72b", "gpt3-175b"]

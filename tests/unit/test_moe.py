@@ -1,4 +1,4 @@
-"""lib.moe: the closed form for distinct experts per decode step against its Monte Carlo."""
+"""lib.perf.moe: the closed form for distinct experts per decode step against its Monte Carlo."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib import moe
+from lib.perf import moe
 
 
 @pytest.mark.parametrize(

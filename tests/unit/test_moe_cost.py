@@ -1,4 +1,4 @@
-"""lib.moe_cost: MoE step cost vs batch, dense yardsticks, compute-bound batch, skewed routing."""
+"""lib.perf.moe_cost: MoE step cost vs batch, dense yardsticks, compute-bound batch, skewed routing."""
 
 import math
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib import moe, moe_cost
-from lib.models import model
+from lib.perf import moe, moe_cost
+from lib.registry.models import model
 
 
 def test_batch_one_reads_the_published_active_params():

@@ -1,4 +1,4 @@
-"""lib.prefill: weight inventory, Kaplan's FLOP count, prefill floor / TTFT, crossover and the
+"""lib.perf.prefill: weight inventory, Kaplan's FLOP count, prefill floor / TTFT, crossover and the
 KV cache's ceilings on decode batching."""
 
 import math
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib import memory
-from lib import prefill as pf
-from lib import roofline as rf
-from lib.models import model, model_names
+from lib.perf import memory
+from lib.perf import prefill as pf
+from lib.perf import roofline as rf
+from lib.registry.models import model, model_names
 
 H100_PEAK, H100_BW = 989e12, 3.35e12  # data/hardware.yaml: NVIDIA H100 SXM datasheet (dense BF16)
 
@@ -37,7 +37,7 @@ def test_llama_70b_matmul_params_by_hand():
 
 @pytest.mark.parametrize("key", model_names())
 def test_inventory_matmuls_vs_lib_models(key):
-    # lib.models counts in-layer biases and MLA latent norms / router bias with the matmul params;
+    # lib.registry.models counts in-layer biases and MLA latent norms / router bias with the matmul params;
     # the inventory files them as elementwise. The two agree once those are added back.
     inv = pf.weight_inventory(key)
     in_layer_elementwise = sum(
@@ -98,7 +98,7 @@ def test_prefill_floor_70b_node_by_hand():
 
 @pytest.mark.parametrize("key", ["llama-3.1-70b", "mixtral-8x7b", "llama-3.1-8b"])
 def test_prefill_estimate_agrees_with_roofline_prefill(key):
-    # second method: lib.roofline.prefill (peak FLOPs, attention included)
+    # second method: lib.perf.roofline.prefill (peak FLOPs, attention included)
     est = pf.prefill_estimate(key, "h100-sxm", 3000, 8, 0.5)
     ref = rf.prefill(key, "h100-sxm", 3000, tp=8)
     assert est.compute_s * 0.5 == pytest.approx(ref.compute_s, rel=1e-12)
@@ -152,7 +152,7 @@ def test_dense_crossover_is_the_ridge(key, chip):
     # 2 N T / P = 2 (S + k d T) / W  =>  T* = R S / (N - R k d), S the parameters streamed
     # (all but the lookup tables; a tied head whole), k d the lookup-row parameters per token
     m = model(key)
-    from lib.hardware import gpu
+    from lib.registry.hardware import gpu
 
     g = gpu(chip)
     r, d = g.ridge_point("bf16"), m.hidden_size
@@ -179,7 +179,7 @@ def test_fp8_both_keeps_crossover_int4_weights_quarter_it():
 @pytest.mark.parametrize("key", ["mixtral-8x7b", "mixtral-8x22b", "deepseek-v3"])
 def test_moe_crossover_bisection_matches_all_experts_closed_form(key):
     # at ~1,000-5,000 tokens every expert is touched, so the MoE-aware bisection must agree
-    # with the all-weights closed form in lib.roofline
+    # with the all-weights closed form in lib.perf.roofline
     assert pf.weight_read_crossover_tokens(key, "h100-sxm") == pytest.approx(
         rf.prefill_crossover_tokens(key, "h100-sxm"), rel=1e-6
     )
@@ -201,7 +201,7 @@ def test_kv_capacity_by_hand():
 
 @given(context=st.integers(1, 131072), tp=st.sampled_from([2, 4, 8, 16]))
 def test_kv_capacity_is_the_largest_batch_that_fits(context, tp):
-    # second method: lib.roofline.fits_in_memory on B and B + 1 sequences (utilization 1)
+    # second method: lib.perf.roofline.fits_in_memory on B and B + 1 sequences (utilization 1)
     m = model("llama-3.1-70b")
     b = pf.kv_capacity_sequences(m, "h100-sxm", context, tp)
     per_seq = context * m.kv_bytes_per_token()

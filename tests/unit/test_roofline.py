@@ -1,4 +1,4 @@
-"""lib.roofline, lib.comms and lib.moe: closed forms against published values and second methods."""
+"""lib.perf.roofline, lib.perf.collectives and lib.perf.moe: closed forms against published values and second methods."""
 
 import math
 
@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib import comms, moe, roofline
-from lib.hardware import gpu, gpu_names
-from lib.models import model
+from lib.perf import collectives as comms
+from lib.perf import moe, roofline
+from lib.registry.hardware import gpu, gpu_names
+from lib.registry.models import model
 
 
 def test_decode_floor_70b_tp8_matches_published_params():
@@ -20,7 +21,7 @@ def test_decode_floor_70b_tp8_matches_published_params():
 
 def test_weight_bytes_read_by_hand_llama_3_1_8b():
     # Llama 3.1 8B config (d 4096, 32 layers, 32 heads, 8 KV heads, head 128, FFN 14336,
-    # vocab 128256, untied head), counted here without lib.models:
+    # vocab 128256, untied head), counted here without lib.registry.models:
     d, L, ffn, V = 4096, 32, 14336, 128_256
     attn = d * 4096 + 2 * d * 1024 + 4096 * d  # q, k, v, o
     mlp = 3 * d * ffn  # gate, up, down

@@ -1,4 +1,4 @@
-"""lib.svgplot: ticks, colours, data-to-point mapping, decimation, legends, and well-formed output."""
+"""lib.book.svgplot: ticks, colours, data-to-point mapping, decimation, legends, and well-formed output."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from lib import svgplot
-from lib.svgplot import Figure, PlotError
+from lib.book import svgplot
+from lib.book.svgplot import Figure, PlotError
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -1,4 +1,4 @@
-"""lib.throughput: the decode step-time line, its knee and the KV-capacity ceiling."""
+"""lib.perf.throughput: the decode step-time line, its knee and the KV-capacity ceiling."""
 
 import math
 
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib import memory, roofline
-from lib import throughput as tput
-from lib.models import model
+from lib.perf import memory, roofline
+from lib.perf import throughput as tput
+from lib.registry.models import model
 
 DENSE = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-72b", "llama-2-7b"]
 
@@ -32,7 +32,7 @@ def test_fixed_cost_is_the_published_weight_floor():
     st.integers(0, 32768),
 )
 def test_line_is_the_no_overlap_sum_of_the_roofline_terms(mdl, chip, tp, batch, context):
-    # second method: lib.roofline.decode_step's memory and compute terms, added
+    # second method: lib.perf.roofline.decode_step's memory and compute terms, added
     line = tput.decode_step_line(mdl, chip, context, tp)
     step = roofline.decode_step(mdl, chip, tp=tp, batch=batch, context=context)
     assert math.isclose(line.step_s(batch), step.memory_s + step.compute_s, rel_tol=1e-9)
@@ -159,7 +159,7 @@ def test_balance_context_equalizes_kv_and_compute(mdl, chip, tp):
 
 def test_throughput_knee_view_uses_the_whole_per_sequence_cost():
     """The explorer's c is the lib's kv_s + row_s + compute_s (it once showed kv_s + compute_s)."""
-    from lib import widgets
+    from lib.book import widgets
     from lib.units import fmt_time
 
     view = widgets.render("roofline.throughput_knee", model="llama-3.1-8b",

@@ -1,4 +1,4 @@
-"""lib.tpdecode: the tensor-parallel decode step against published figures and second methods."""
+"""lib.perf.tpdecode: the tensor-parallel decode step against published figures and second methods."""
 
 import math
 
@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib import comms, roofline, tpdecode
-from lib.hardware import gpu
-from lib.models import model
+from lib.perf import collectives as comms
+from lib.perf import roofline, tpdecode
+from lib.registry.hardware import gpu
+from lib.registry.models import model
 
 DENSE = ["llama-3.1-8b", "llama-3.1-70b", "qwen2.5-72b", "llama-2-70b"]
 
@@ -73,7 +74,7 @@ def test_latency_models_grow_with_gpus(n):
     st.sampled_from(DENSE), st.sampled_from([1, 2, 4, 8]), st.integers(1, 64), st.integers(0, 32768)
 )
 def test_floor_equals_lib_roofline_decode_step(key, tp, batch, context):
-    # second method: lib.roofline.decode_step computes the same bytes / bandwidth independently
+    # second method: lib.perf.roofline.decode_step computes the same bytes / bandwidth independently
     step = tpdecode.decode_step(key, "h100-sxm", tp, batch, context)
     ref = roofline.decode_step(key, "h100-sxm", tp, batch, context)
     assert math.isclose(step.floor_s, ref.memory_s, rel_tol=1e-9)
@@ -87,7 +88,7 @@ def test_floor_equals_lib_roofline_decode_step(key, tp, batch, context):
     st.floats(0, 10e-6),
 )
 def test_buckets_agree_with_decode_step_breakdown(tp, batch, eff, latency, launch):
-    # second method: lib.roofline.decode_step_breakdown with the same flat assumptions
+    # second method: lib.perf.roofline.decode_step_breakdown with the same flat assumptions
     stack = _bare(
         gemv_efficiency=eff,
         kv_efficiency=eff,
@@ -257,7 +258,7 @@ MY_EXPLORERS = (
 
 
 def _domain_strategy(domain):
-    from lib.widgets import Choice, IntRange
+    from lib.book.widgets import Choice, IntRange
 
     if isinstance(domain, Choice):
         return st.sampled_from(domain.options)
@@ -270,7 +271,7 @@ def _domain_strategy(domain):
 def test_explorers_return_a_view_or_a_message_for_any_input(name):
     from hypothesis import settings
 
-    from lib import widgets
+    from lib.book import widgets
 
     exp = widgets.get(name)
 
@@ -286,7 +287,7 @@ def test_explorers_return_a_view_or_a_message_for_any_input(name):
 
 
 def test_tp_decode_view_values_match_lib():
-    from lib import widgets
+    from lib.book import widgets
 
     view = widgets.render(
         "roofline.tp_decode_step",

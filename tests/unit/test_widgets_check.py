@@ -1,9 +1,9 @@
-"""lib.widgets (registry, error views) and lib.check (self-check verdicts)."""
+"""lib.book.widgets (registry, error views) and lib.book.check (self-check verdicts)."""
 
 import pytest
 
-from lib import widgets
-from lib.check import self_check
+from lib.book import widgets
+from lib.book.check import self_check
 
 
 def test_registry_finds_the_roofline_explorers():
@@ -24,7 +24,7 @@ def test_render_rejects_unknown_inputs():
 
 
 def test_decode_floor_view_values_match_lib():
-    from lib import roofline
+    from lib.perf import roofline
 
     view = widgets.render("roofline.decode_floor", model="llama-3.1-70b", gpu="h100-sxm", tp=8,
                           weight_dtype="bf16", kv_dtype="bf16", batch=1, context=0,
@@ -73,7 +73,7 @@ def test_prefill_explorers_size_the_kv_in_the_kv_dtype(name, tp_arg, extra):
 
 
 def test_prefill_explorer_times_match_lib_with_an_fp8_kv_cache():
-    from lib import prefill, roofline
+    from lib.perf import prefill, roofline
 
     # a short prompt on 8 GPUs is memory-bound, so the KV written moves the time
     view = widgets.render("roofline.prefill_crossover", model="llama-3.1-70b", gpu="h100-sxm", tp=8,

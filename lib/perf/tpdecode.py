@@ -24,13 +24,13 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from lib._data import load_yaml
-from lib.comms import ring_allreduce_bytes_per_gpu
-from lib.dtypes import bytes_per_element
-from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.models import Model, model
-from lib.roofline import weight_bytes_read_per_step
+from lib.perf.collectives import ring_allreduce_bytes_per_gpu
+from lib.perf.roofline import weight_bytes_read_per_step
+from lib.registry.data import load_yaml
+from lib.registry.dtypes import bytes_per_element
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 from lib.units import US
 
 ALLREDUCE_ALGORITHMS = ("nccl-ring-ll", "one-shot", "network")
@@ -274,7 +274,7 @@ class DecodeStep:
 def kv_read_fraction(mdl: str | Model, tp: int) -> float:
     """Share of the KV cache one rank reads: 1 / tp, or 1 / KV heads once tp exceeds them; 1 for MLA.
 
-    Same rule as :func:`lib.roofline.kv_shard_fraction`, without requiring tp to divide the
+    Same rule as :func:`lib.perf.roofline.kv_shard_fraction`, without requiring tp to divide the
     heads (used for the idealized even split of non-divisor TP degrees).
     """
     m = model(mdl)
@@ -506,7 +506,7 @@ _COLORS = {
 
 def plot_step_stack(steps: dict, ax=None, unit_s: float = 1e-3):
     """Horizontal stacked bars, one per labelled :class:`DecodeStep`; returns the Figure."""
-    from lib.svgplot import Figure
+    from lib.book.svgplot import Figure
 
     if ax is None:
         fig = Figure(figsize=(6.5, 0.5 * len(steps) + 1.5))
@@ -541,7 +541,7 @@ def plot_step_stack(steps: dict, ax=None, unit_s: float = 1e-3):
 
 def plot_speedup(curve: list[SpeedupPoint], ax=None, label: str = "modelled"):
     """Speedup against TP degree with the ideal line; deployable degrees filled. Returns the Figure."""
-    from lib.svgplot import Figure
+    from lib.book.svgplot import Figure
 
     if ax is None:
         fig = Figure(figsize=(5.0, 3.25))

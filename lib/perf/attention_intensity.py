@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lib.dtypes import bytes_per_element
-from lib.hardware import GPU, gpu
 from lib.inputs import integer
-from lib.models import Model, model
-from lib.roofline import RooflineTime, roofline_time
+from lib.perf.roofline import RooflineTime, roofline_time
+from lib.registry.dtypes import bytes_per_element
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 
 
 @dataclass(frozen=True)

@@ -14,20 +14,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lib._data import load_yaml
-from lib.comms import ring_allreduce_time_s
-from lib.dtypes import bytes_per_element
-from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.memory import kv_capacity_sequences  # noqa: F401  (re-exported: the formula lives in lib.memory)
-from lib.models import Model, model
-from lib.roofline import (
+from lib.perf.collectives import ring_allreduce_time_s
+from lib.perf.memory import kv_capacity_sequences  # noqa: F401  (re-exported: the formula lives in lib.perf.memory)
+from lib.perf.roofline import (
     kv_shard_fraction,
     lookup_bytes_read,
     prefill_crossover_tokens,
     weight_bytes_read_per_step,
     weight_bytes_streamed,
 )
+from lib.registry.data import load_yaml
+from lib.registry.dtypes import bytes_per_element
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 
 
 def assumptions() -> dict:
@@ -76,7 +76,7 @@ class WeightGroup:
 
 
 def weight_inventory(mdl: str | Model) -> list[WeightGroup]:
-    """Every parameter tensor of ``mdl`` from its config, counted independently of lib.models.
+    """Every parameter tensor of ``mdl`` from its config, counted independently of lib.registry.models.
 
     Covers MHA/GQA and MLA attention, SwiGLU, GELU two-matrix and MoE FFNs (routed experts stored
     all, active top-k; shared experts; router), RMSNorm / LayerNorm, biases, learned positions,
@@ -376,9 +376,9 @@ def weight_read_crossover_tokens(
 ) -> float:
     """Tokens T per forward pass at which 2 N_active T / peak = weight bytes read(T) / bandwidth.
 
-    Bytes read are :func:`lib.roofline.weight_bytes_read_per_step` (every weight once, the
+    Bytes read are :func:`lib.perf.roofline.weight_bytes_read_per_step` (every weight once, the
     lookup tables one row per token). Dense: the closed form of
-    :func:`lib.roofline.prefill_crossover_tokens`, T* = R b S / (2 N_matmul - R b d), about the
+    :func:`lib.perf.roofline.prefill_crossover_tokens`, T* = R b S / (2 N_matmul - R b d), about the
     ridge R for 2-byte weights. MoE: the bytes read grow with T as more distinct experts are
     touched (uniform routing), so T* is found by bisection over T >= 1. Attention and the KV
     cache are ignored (the crossover of the weight GEMMs alone).
@@ -412,7 +412,7 @@ def _first_crossing(gap) -> float:
 
 
 # ---- decode: the KV cache's two ceilings on batching --------------------------------------
-# capacity: kv_capacity_sequences (lib.memory, imported above); bandwidth: the intensity below.
+# capacity: kv_capacity_sequences (lib.perf.memory, imported above); bandwidth: the intensity below.
 
 
 def decode_intensity(
@@ -469,7 +469,7 @@ def decode_ridge_batch(
 ) -> float:
     """Smallest batch at which a decode step's FLOP time reaches its byte time (whole step).
 
-    Dense: the weights read are W0 + B r (W0: :func:`lib.roofline.weight_bytes_streamed`; r: the
+    Dense: the weights read are W0 + B r (W0: :func:`lib.perf.roofline.weight_bytes_streamed`; r: the
     lookup row one more sequence reads, d x b), so B* = (W0 / tp / BW) / (F(c) / tp / peak - (c k s + r / tp) / BW), with F(c) FLOPs per
     token at context c, k KV bytes per token and s the shard fraction; math.inf when
     F(c) / tp / peak <= c k s / BW (the KV read alone outpaces the compute: no batch gets there).

@@ -16,9 +16,9 @@ Its knee, B* = t0 / c, is where the fixed and the per-sequence costs are equal: 
 half the ceiling and the step (the per-token latency) has doubled from t0.
 
 All quantities SI: seconds, bytes, tokens/s. The weights streamed are
-:func:`lib.roofline.weight_bytes_streamed` (all but the embedding table, which a step reads
+:func:`lib.perf.roofline.weight_bytes_streamed` (all but the embedding table, which a step reads
 one row per sequence). For MoE models t0 reads every expert (the large-batch limit; see
-:mod:`lib.moe` for the batch-dependent count).
+:mod:`lib.perf.moe` for the batch-dependent count).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.memory import default_memory_utilization, kv_capacity_sequences
-from lib.models import Model, model
-from lib.roofline import kv_shard_fraction, lookup_bytes_read, weight_bytes_streamed
+from lib.perf.memory import default_memory_utilization, kv_capacity_sequences
+from lib.perf.roofline import kv_shard_fraction, lookup_bytes_read, weight_bytes_streamed
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 
 
 def _check_tp(m: Model, tp: int) -> int:
@@ -176,7 +176,7 @@ def kv_batch_ceiling(
 ) -> int:
     """Most sequences of ``context`` tokens whose KV cache fits beside the weights (per replica).
 
-    :func:`lib.memory.kv_capacity_sequences` with the serving default utilization instead of 1
+    :func:`lib.perf.memory.kv_capacity_sequences` with the serving default utilization instead of 1
     (None: vLLM's gpu_memory_utilization, ``engine_defaults.gpu_memory_utilization`` in
     ``data/serving_memory.yaml``): B_max = floor((memory x utilization - weights / tp) /
     (context x kv/token x shard)). Raises ValueError when the weights alone do not fit or

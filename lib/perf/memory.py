@@ -29,12 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from lib._data import load_yaml
-from lib.dtypes import bytes_per_element
-from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.models import Model, model
-from lib.roofline import kv_shard_fraction
+from lib.perf.roofline import kv_shard_fraction
+from lib.registry.data import load_yaml
+from lib.registry.dtypes import bytes_per_element
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 from lib.units import GiB
 
 _SECTIONS = ("engine_defaults", "measured", "assumptions")
@@ -384,7 +384,7 @@ def kv_placement(
 ) -> KVPlacement:
     """KV bytes per token per GPU and duplication for a layout.
 
-    Tensor parallel: bytes x s / dcp x stage share, with s = :func:`lib.roofline.kv_shard_fraction`
+    Tensor parallel: bytes x s / dcp x stage share, with s = :func:`lib.perf.roofline.kv_shard_fraction`
     (1/tp up to the KV-head count, then 1/KV heads: heads replicated; 1 for MLA). The copies are
     tp x s / dcp; decode context parallelism splits the replicated ranks' tokens and must divide
     tp x s. Data-parallel attention: each rank keeps whole tokens of its own sequences (copies 1).
@@ -465,7 +465,7 @@ def kv_capacity_tokens(
     server may fill (vLLM's default 0.9; the rest covers the CUDA context and fragmentation);
     W b / tp: the stored weights on one GPU (:func:`weight_bytes_per_gpu`, embedding table
     included); R: ``reserve_bytes`` per GPU held back for anything else (activations, CUDA
-    graphs); k: KV bytes per token in ``kv_dtype``; s: :func:`lib.roofline.kv_shard_fraction`,
+    graphs); k: KV bytes per token in ``kv_dtype``; s: :func:`lib.perf.roofline.kv_shard_fraction`,
     the share of each token one GPU stores. Every GPU holds its share of every token, so the
     per-GPU count is the replica's. Sequences of ``context`` tokens: :func:`kv_capacity_sequences`.
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from lib._data import load_yaml, unknown_name
+from lib.registry.data import load_yaml, unknown_name
 from lib.units import GB, MB, TB, TFLOPS
 
 

@@ -7,7 +7,7 @@ Builds on the reference implementations in :mod:`lib.kvcache` (used, never chang
   it costs ``P * kv_bytes_per_token`` bytes over some link. The model's FLOPs per KV byte against
   the GPU's achieved FLOP/s per link byte/s decides: the break-even link bandwidth is
   ``W* = peak * mfu / (F(P) / (P * kv_bytes_per_token))`` per GPU (compute-bound, no latency).
-  This module is the single source of that arithmetic; :mod:`lib.kv_tiering` (I018) calls it for
+  This module is the single source of that arithmetic; :mod:`lib.kvcache.tiering` (I018) calls it for
   its replica-level view of HBM, host DRAM and SSD tiers.
 * **Storage tiers** (``data/storage_tiers.yaml`` plus the link figures already in
   ``data/hardware.yaml``): per-GPU bandwidth and fixed latency of each place KV can be fetched from.
@@ -35,8 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lib._data import load_yaml, unknown_name
-from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
 from lib.kvcache import (
     CacheAllocation,
@@ -48,10 +46,12 @@ from lib.kvcache import (
     multi_turn_chat_trace,
 )
 from lib.kvcache.radix import RadixNode
-from lib.memory import default_memory_utilization, kv_free_bytes_per_gpu
-from lib.memory import fact as memory_fact
-from lib.models import Model, model
-from lib.roofline import kv_shard_fraction, weight_bytes_read_per_step
+from lib.perf.memory import default_memory_utilization, kv_free_bytes_per_gpu
+from lib.perf.memory import fact as memory_fact
+from lib.perf.roofline import kv_shard_fraction, weight_bytes_read_per_step
+from lib.registry.data import load_yaml, unknown_name
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 from lib.units import GB
 
 __all__ = [
@@ -1408,7 +1408,7 @@ def kv_pool_blocks(
     memory_utilization: float | None = None,
 ) -> int:
     """Blocks the KV pool of one replica holds: floor(free / per-GPU block bytes), with free =
-    memory x utilization - weights / tp (:func:`lib.memory.kv_free_bytes_per_gpu`). Activations
+    memory x utilization - weights / tp (:func:`lib.perf.memory.kv_free_bytes_per_gpu`). Activations
     and the CUDA context come out of the (1 - utilization) margin. Raises ValueError when the
     weights alone do not fit. None takes vLLM's defaults from ``data/serving_memory.yaml``:
     ``engine_defaults.block_size`` and ``engine_defaults.gpu_memory_utilization``."""

@@ -5,7 +5,7 @@ A view function lives in ``lib/explorers/<section>.py`` and registers itself wit
 :class:`FloatRange`). Tests and the benchmark find every explorer through :func:`registry`.
 In a notebook, ``explore("roofline.decode_floor", model=MODEL, ...)`` shows the controls and
 the view; a ``ValueError`` from the function is shown as a plain message, never a traceback.
-ipywidgets is imported only when used; figures are :mod:`lib.svgplot` SVG (fast enough to redraw
+ipywidgets is imported only when used; figures are :mod:`lib.book.svgplot` SVG (fast enough to redraw
 on every change).
 """
 
@@ -90,7 +90,7 @@ Domain = Choice | IntRange | FloatRange
 
 @dataclass
 class View:
-    """A small table (label, value) and an optional :class:`lib.svgplot.Figure`, with a one-line note."""
+    """A small table (label, value) and an optional :class:`lib.book.svgplot.Figure`, with a one-line note."""
 
     title: str
     rows: list[tuple[str, str]]

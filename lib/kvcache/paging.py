@@ -244,7 +244,7 @@ def kv_budget_bytes(
 ) -> float:
     """KV bytes a replica of ``tp`` GPUs holds, counted at the model's full bytes per token.
 
-    The per-GPU pool is :func:`lib.memory.memory_budget`'s (the one KV-capacity formula:
+    The per-GPU pool is :func:`lib.perf.memory.memory_budget`'s (the one KV-capacity formula:
     ``u x driver-visible memory - weights / tp - activations - sampler - attention workspace -
     NCCL - CUDA graphs``, with vLLM's defaults from ``data/serving_memory.yaml``); the replica
     holds ``pool / s`` bytes of whole tokens, ``s`` being the share of each token one GPU stores
@@ -252,7 +252,8 @@ def kv_budget_bytes(
     ``gpu_memory_utilization`` (None: its default, 0.9). Raises ValueError when the weights and
     overheads leave no room for a KV cache.
     """
-    from lib import memory, models
+    from lib.perf import memory
+    from lib.registry import models
 
     b = memory.memory_budget(model, gpu, tp, weight_dtype, gpu_memory_utilization=memory_utilization)
     return b.kv_cache_bytes * models.model(model).kv_bytes_per_token(b.kv_dtype) / b.kv_bytes_per_token_per_gpu
@@ -265,7 +266,7 @@ def smallest_tp(
 
     A rule of thumb that leaves the rest for KV; TP must also divide the attention heads.
     """
-    from lib import hardware, models
+    from lib.registry import hardware, models
 
     m, g = models.model(model), hardware.gpu(gpu)
     frac = real("max_weight_fraction", max_weight_fraction, 0.01, 1.0)
@@ -290,8 +291,8 @@ def block_run_bytes(model, kv_dtype: str, block_size: int) -> float:
     layout keeps each head's slots of a block together). For MLA it is the block's slice of the
     shared latent plus the rope key: ``B * (kv_lora_rank + rope dim) * b``.
     """
-    from lib import models
-    from lib.dtypes import bytes_per_element
+    from lib.registry import models
+    from lib.registry.dtypes import bytes_per_element
 
     m = models.model(model)
     b = integer("block_size", block_size, 1)
@@ -345,7 +346,7 @@ def block_size_tradeoff(
     lookups_per_token = mean ceil(L/B) * layers (block ids an attention kernel resolves per
     decoded token); prefix_lost_tokens = P mod B (prefix tokens a block-granular cache recomputes).
     """
-    from lib import models
+    from lib.registry import models
 
     m = models.model(model)
     per_token = m.kv_bytes_per_token(kv_dtype)

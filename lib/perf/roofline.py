@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lib.comms import ring_allreduce_time_s
-from lib.dtypes import bytes_per_element
-from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.models import Model, model
-from lib.moe import expected_experts_touched
+from lib.perf.collectives import ring_allreduce_time_s
+from lib.perf.moe import expected_experts_touched
+from lib.registry.dtypes import bytes_per_element
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ def weight_bytes_read_per_step(mdl: str | Model, batch: float, dtype: str = "bf1
     tokens look up (:func:`lookup_rows_read`: min(T, V), plus min(T, P) with learned positions).
     Every layer, norm and the LM head are read once; the embedding table only row by row.
     MoE: the routed experts count E[distinct experts touched] per layer, not all E (uniform
-    routing, lib.moe). ``batch`` may be fractional (bisection callers).
+    routing, lib.perf.moe). ``batch`` may be fractional (bisection callers).
     """
     m = model(mdl)
     if not batch >= 1:
@@ -231,7 +231,7 @@ def prefill_crossover_tokens(mdl: str | Model, chip: str | GPU, weight_dtype: st
     the matmul weights plus the norms, so T* is the ridge to within 0.03%.
     Past a table's size its rows stop growing (piecewise-linear bytes, solved segment by
     segment). MoE: S counts every expert (the many-token limit); for the expected experts
-    touched per pass use lib.prefill.weight_read_crossover_tokens.
+    touched per pass use lib.perf.prefill.weight_read_crossover_tokens.
     """
     m, g = model(mdl), gpu(chip)
     ridge, b, d = g.ridge_point(compute_dtype), bytes_per_element(weight_dtype), m.hidden_size
@@ -299,7 +299,7 @@ def plot_roofline(chip: str | GPU, dtype: str = "bf16", points: dict[str, float]
     """Log-log roofline of ``chip`` with labelled kernels at their intensities; returns the Figure."""
     import numpy as np
 
-    from lib.svgplot import Figure
+    from lib.book.svgplot import Figure
 
     g = gpu(chip)
     if ax is None:

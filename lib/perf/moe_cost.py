@@ -1,7 +1,7 @@
 """What a mixture-of-experts decode step costs as the batch grows, and how skewed routing changes it.
 
-Builds on :mod:`lib.moe` (uniform routing: E[distinct experts] = E (1 - (1 - k/E)^B)) and
-:func:`lib.roofline.decode_step` (MoE-aware weight bytes). Adds:
+Builds on :mod:`lib.perf.moe` (uniform routing: E[distinct experts] = E (1 - (1 - k/E)^B)) and
+:func:`lib.perf.roofline.decode_step` (MoE-aware weight bytes). Adds:
 
 * the step's bytes, FLOPs and time per token against two dense yardsticks: a dense model with
   the MoE's TOTAL parameters and one with its ACTIVE parameters;
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lib import roofline
-from lib.dtypes import bytes_per_element
-from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.models import Model, model
-from lib.moe import expected_experts_touched
+from lib.perf import roofline
+from lib.perf.moe import expected_experts_touched
+from lib.registry.dtypes import bytes_per_element
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 
 
 def _moe(mdl: str | Model) -> Model:
@@ -79,7 +79,7 @@ def dense_yardsticks(mdl: str | Model) -> dict[str, dict[str, float]]:
     'same_total': every expert active (a dense model as big as the MoE's weights);
     'same_active': only the top-k (and shared) experts (a dense model as cheap per token).
     ``params`` sets the bytes read per step: the parameters a step streams, i.e. stored minus
-    the embedding table (:func:`lib.roofline.weight_bytes_streamed`; its B looked-up rows,
+    the embedding table (:func:`lib.perf.roofline.weight_bytes_streamed`; its B looked-up rows,
     B x d, are left out); ``matmul_params`` the FLOPs per token (2 each).
     """
     sz = _sizes(_moe(mdl))
@@ -113,7 +113,7 @@ def moe_step_cost(
     compute_dtype: str = "bf16",
     tp: int = 1,
 ) -> StepCost:
-    """Roofline cost of one MoE decode step (uniform routing, no KV): lib.roofline.decode_step.
+    """Roofline cost of one MoE decode step (uniform routing, no KV): lib.perf.roofline.decode_step.
 
     bytes = non-expert weights + MoE layers x E[distinct experts](B) x expert bytes;
     FLOPs = B x 2 x active matmul params; time = max(bytes / W, FLOPs / P) per GPU.
@@ -170,7 +170,7 @@ def compute_bound_batch(
     """Batch (real-valued) at which the MoE step's compute time equals its weight-read time.
 
     Solves B x 2 N_active_matmul / P = bytes(B) / W with bytes(B) =
-    :func:`lib.roofline.weight_bytes_read_per_step` (uniform routing), by bisection over B >= 1
+    :func:`lib.perf.roofline.weight_bytes_read_per_step` (uniform routing), by bisection over B >= 1
     (compute grows linearly, bytes saturate at the total, so there is one root); 1.0 when one
     token is already compute-bound. Independent of tp (both sides divide by it).
     """
@@ -304,7 +304,7 @@ def _check_pi(pi) -> np.ndarray:
 
 def expected_experts_touched_nonuniform(pi, batch: int) -> float:
     """E[distinct experts] for ``batch`` independent tokens with inclusion probabilities pi:
-    sum_e (1 - (1 - pi_e)^B). Reduces to lib.moe's E (1 - (1 - k/E)^B) when pi_e = k / E."""
+    sum_e (1 - (1 - pi_e)^B). Reduces to lib.perf.moe's E (1 - (1 - k/E)^B) when pi_e = k / E."""
     p = _check_pi(pi)
     batch = integer("batch", batch, 0)
     return float(np.sum(1.0 - (1.0 - p) ** batch))

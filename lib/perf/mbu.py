@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lib.dtypes import bytes_per_element
-from lib.hardware import gpu
 from lib.inputs import fraction, integer, real
-from lib.models import Model, model
-from lib.roofline import lookup_bytes_read, weight_bytes_read_per_step, weight_bytes_streamed
-from lib.tpdecode import DecodeStep, kv_read_fraction
+from lib.perf.roofline import lookup_bytes_read, weight_bytes_read_per_step, weight_bytes_streamed
+from lib.perf.tpdecode import DecodeStep, kv_read_fraction
+from lib.registry.dtypes import bytes_per_element
+from lib.registry.hardware import gpu
+from lib.registry.models import Model, model
 from lib.units import GB, GiB
 
 
@@ -318,7 +318,7 @@ def diagnose(step: DecodeStep, measured_mbu: float) -> Diagnosis:
 
 def plot_diagnosis(d: Diagnosis, ax=None):
     """One horizontal bar: floor, each priced bucket, the residual; dashed line at the measured step."""
-    from lib.svgplot import Figure
+    from lib.book.svgplot import Figure
 
     if ax is None:
         fig = Figure(figsize=(6.5, 2.5))

@@ -22,20 +22,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lib._data import load_yaml
-from lib.dtypes import bytes_per_element
-from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.memory import default_memory_utilization
-from lib.models import Model, model
-from lib.roofline import (
+from lib.perf.memory import default_memory_utilization
+from lib.perf.roofline import (
     kv_shard_fraction,
     lookup_bytes_read,
     prefill,
     weight_bytes_read_per_step,
     weight_bytes_streamed,
 )
-from lib.throughput import decode_step_line, kv_batch_ceiling
+from lib.perf.throughput import decode_step_line, kv_batch_ceiling
+from lib.registry.data import load_yaml
+from lib.registry.dtypes import bytes_per_element
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 
 GENERATIONS = ("a100-sxm", "h100-sxm", "h200", "b200")
 
@@ -429,7 +429,7 @@ def decode_bytes_per_flop(
     (weights streamed / (B tau) + d x b_w + context x KV bytes/token) / FLOPs per token at
     ``context``, with tau tokens accepted per weight pass (speculative decoding), d x b_w the
     token's embedding row, and KV bytes/token from the model unless ``kv_bytes_per_token``
-    overrides it (e.g. to undo GQA). Weights streamed: :func:`lib.roofline.weight_bytes_streamed`
+    overrides it (e.g. to undo GQA). Weights streamed: :func:`lib.perf.roofline.weight_bytes_streamed`
     (all but the embedding table; every expert, i.e. MoE at large batch). ``batch`` may be an
     array (one value per batch).
     """

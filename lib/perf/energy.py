@@ -2,7 +2,7 @@
 
     J/token = P / X       (watts over tokens/s)
 
-X moves with batch size along the step-time line of :mod:`lib.throughput` (tens of times
+X moves with batch size along the step-time line of :mod:`lib.perf.throughput` (tens of times
 between batch 1 and a full batch); P is pinned between a memory-bound floor and the TDP cap.
 Power figures that are not datasheet facts (idle and decode-floor fractions of TDP, server
 overhead, PUE, HBM energy per bit) come from ``data/power_assumptions.yaml``.
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib._data import load_yaml
-from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.throughput import StepLine
+from lib.perf.throughput import StepLine
+from lib.registry.data import load_yaml
+from lib.registry.hardware import GPU, gpu
 
 
 def assumptions() -> dict:

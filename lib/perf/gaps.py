@@ -4,7 +4,7 @@ Two uses:
 
 * **A batch-1 gap** (why is my step 2.5x the floor?): :func:`decode_trace` lays one decode
   step out as a single-stream timeline (the view one profiler trace gives of one TP rank) from
-  the per-kernel table of :mod:`lib.decode_kernels` and a set of :class:`Overheads`;
+  the per-kernel table of :mod:`lib.perf.decode_kernels` and a set of :class:`Overheads`;
   :func:`attribute_trace` sorts that timeline into suspects by what the trace shows (idle
   gaps, NCCL kernels, tiny kernels, GEMVs below the bandwidth roof, attention, sampling and the
   host). The buckets partition the step: floor + buckets = step, exactly.
@@ -12,7 +12,7 @@ Two uses:
 * **Where the roofline breaks** in a capacity plan: :func:`roofline_plan` (the twenty-line
   estimate), :func:`plan_waterfall` (what each break adds to a step), and single-number
   helpers for the breaks that are not additive (MoE load, L2 residency; KV capacity is
-  :func:`lib.memory.kv_capacity_tokens`).
+  :func:`lib.perf.memory.kv_capacity_tokens`).
 
 Every constant that is not a datasheet number comes from ``data/kernel_assumptions.yaml``,
 each with a source or an explicit assumption. SI units: seconds, bytes, FLOP.
@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from lib._data import load_yaml
-from lib.comms import ring_allreduce_time_s
-from lib.decode_kernels import FUSION_LEVELS, KernelCost, decode_step_kernels
-from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.models import Model, model
+from lib.perf.collectives import ring_allreduce_time_s
+from lib.perf.decode_kernels import FUSION_LEVELS, KernelCost, decode_step_kernels
+from lib.registry.data import load_yaml
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 from lib.units import US
 
 BUCKETS = (
@@ -427,7 +427,7 @@ def weight_floor_s(
 
     This is the floor the trace attribution uses (the sum of the trace's ``floor_s``): matmul
     weights only (every layer's four GEMMs and the LM head), each sharded as its kernel is. It
-    differs from :func:`lib.roofline.weight_bytes_read_per_step` / tp / bandwidth on purpose:
+    differs from :func:`lib.perf.roofline.weight_bytes_read_per_step` / tp / bandwidth on purpose:
     the norm weights and the lookup rows are read by non-GEMM kernels (the tiny-kernel bucket),
     and past the KV-head count the K and V projections are replicated, not split.
     """
@@ -439,8 +439,8 @@ def weight_floor_s(
 def trace_figure(trace: Trace, layers: int = 2, buckets: dict[str, float] | None = None):
     """Two panels: the first ``layers`` layers of the trace as a Gantt strip (µs, coloured by
     kernel category, white = idle), and the step's buckets as one stacked bar (ms). Returns a
-    :class:`lib.svgplot.Figure`."""
-    from lib.svgplot import Figure
+    :class:`lib.book.svgplot.Figure`."""
+    from lib.book.svgplot import Figure
 
     if layers < 1:
         raise ValueError(f"layers must be >= 1, got {layers}")
@@ -513,7 +513,7 @@ def roofline_plan(
     step = (weights / tp + batch x context x KV bytes/token x shard) / W (or compute, if
     larger); tokens/s = batch / step; plus the per-GPU memory it needs.
     """
-    from lib import roofline as rf
+    from lib.perf import roofline as rf
 
     m, g = model(mdl), gpu(chip)
     step = rf.decode_step(m, g, tp, batch, context, weight_dtype, kv_dtype)
@@ -563,7 +563,7 @@ def plan_waterfall(
     FLOP rate x clock_fraction), weights already read by the decode step), then the extra time
     of the compute-bound prefill under a sustained clock below the benchmark's.
     """
-    from lib import roofline as rf
+    from lib.perf import roofline as rf
 
     m, g = model(mdl), gpu(chip)
     ov = overheads or default_overheads()

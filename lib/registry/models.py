@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from lib._data import load_yaml, unknown_name
-from lib.dtypes import bytes_per_element
+from lib.registry.data import load_yaml, unknown_name
+from lib.registry.dtypes import bytes_per_element
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ prefix costs to bring back from it, what recomputing the same prefix costs, and 
 SSD survives the eviction traffic.
 
 One ratio decides fetch against recompute. Recomputing a P-token prefix costs its prefill
-FLOPs F(P) = P (2N + a (P + 1) / 2) (lib.models.Model.prefill_flops); fetching it costs its KV
+FLOPs F(P) = P (2N + a (P + 1) / 2) (lib.registry.models.Model.prefill_flops); fetching it costs its KV
 bytes P b over the tier's bandwidth W. With an achievable compute rate C = n_gpus x peak x MFU,
 
     recompute / fetch = (F(P) / C) / (P b / W) = I(P) / (C / W),   I(P) = F(P) / (P b)
@@ -16,7 +16,7 @@ recompute is the bandwidth it must absorb writes at if every new block is spille
 A *replica* is n_gpus GPUs holding one copy of the model (tensor parallel); a node has
 gpus_per_node GPUs and shares host DRAM and SSDs among its replicas in proportion to GPUs.
 Bandwidths here are the replica's (bytes/s into all its GPUs) and bytes are the KV's unique
-bytes; the recompute-vs-fetch arithmetic itself lives in :mod:`lib.kvcache_prefix` (per GPU,
+bytes; the recompute-vs-fetch arithmetic itself lives in :mod:`lib.kvcache.prefix` (per GPU,
 shard-aware) and the functions below are its replica view. SI units throughout: FLOP, FLOP/s,
 bytes, bytes/s, seconds. Facts and assumptions come from ``data/storage_tiers.yaml`` (its
 ``node``, ``workload`` and ``tiers`` sections) through :func:`default_node` and
@@ -28,14 +28,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from lib import kvcache_prefix as kp
-from lib._data import load_yaml
-from lib.hardware import GPU, gpu
 from lib.inputs import fraction, integer, real
-from lib.memory import default_memory_utilization, kv_free_bytes_per_gpu
-from lib.models import Model, model
-from lib.prefill import assumptions as prefill_assumptions
-from lib.roofline import kv_shard_fraction
+from lib.kvcache import prefix as kp
+from lib.perf.memory import default_memory_utilization, kv_free_bytes_per_gpu
+from lib.perf.prefill import assumptions as prefill_assumptions
+from lib.perf.roofline import kv_shard_fraction
+from lib.registry.data import load_yaml
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 from lib.units import GB, TB, US
 
 SECONDS_PER_DAY = 86400.0
@@ -183,14 +183,14 @@ def workload_defaults() -> dict:
     return dict(facts()["workload"])
 
 
-# ---- recompute against fetch: the replica view of lib.kvcache_prefix ----------------------
+# ---- recompute against fetch: the replica view of lib.kvcache.prefix ----------------------
 
 
 def compute_rate(
     chip: str | GPU, n_gpus: int = 1, compute_dtype: str = "bf16", mfu: float | None = None
 ) -> float:
     """Achievable prefill FLOP/s of a replica: C = n_gpus x dense peak(compute_dtype) x MFU
-    (:func:`lib.kvcache_prefix.achieved_flops_per_s`). MFU None: :func:`default_mfu`
+    (:func:`lib.kvcache.prefix.achieved_flops_per_s`). MFU None: :func:`default_mfu`
     (``prefill_mfu`` in ``data/prefill_assumptions.yaml``), as for every ``mfu`` below."""
     n_gpus = integer("n_gpus", n_gpus, 1)
     mfu = fraction("mfu", default_mfu(mfu), allow_zero=False)
@@ -205,7 +205,7 @@ def recompute_time_s(
     compute_dtype: str = "bf16",
     mfu: float | None = None,
 ) -> float:
-    """Seconds to recompute a prefix's KV by prefill: F(P) / C (:func:`lib.kvcache_prefix.recompute_flops`).
+    """Seconds to recompute a prefix's KV by prefill: F(P) / C (:func:`lib.kvcache.prefix.recompute_flops`).
 
     The marginal cost inside a prefill that runs anyway (the new suffix still needs one), so
     no weight-read floor is added: at prompt lengths worth caching, prefill is compute-bound.
@@ -225,7 +225,7 @@ def fetch_time_s(
 
     b = Model.kv_bytes_per_token(kv_dtype) (all layers, all KV heads of the replica);
     W = bytes/s the tier delivers into the replica's GPUs (``math.inf`` for HBM: resident).
-    :func:`lib.kvcache_prefix.fetch_time_s` over one link of bandwidth W.
+    :func:`lib.kvcache.prefix.fetch_time_s` over one link of bandwidth W.
     """
     p = integer("prefix_tokens", prefix_tokens, 1)
     w = float(bandwidth)
@@ -234,13 +234,13 @@ def fetch_time_s(
             f"bandwidth must be > 0 bytes/s (math.inf for a resident tier), got {bandwidth!r}"
         )
     link = kp.StorageTier("replica", "the replica's link", w, 1.0, real("latency_s", latency_s, 0),
-                          "lib.kv_tiering")
+                          "lib.kvcache.tiering")
     return kp.fetch_time_s(mdl, p, link, kv_dtype=kv_dtype)
 
 
 def recompute_intensity(mdl: str | Model, prefix_tokens: int, kv_dtype: str = "bf16") -> float:
     """FLOPs of recompute per byte of cached KV: I(P) = F(P) / (P x b), FLOP/byte
-    (:func:`lib.kvcache_prefix.flops_per_kv_byte`).
+    (:func:`lib.kvcache.prefix.flops_per_kv_byte`).
 
     Independent of hardware. It grows with P (the attention term) and with model size per KV
     byte: GQA and MLA raise it, an MHA model has the lowest.
@@ -271,7 +271,7 @@ def breakeven_bandwidth(
 ) -> float:
     """Bytes/s a tier must deliver to the replica for fetch to tie with recompute: W* = C / I(P).
 
-    :func:`lib.kvcache_prefix.breakeven_bandwidth_closed_form` (per GPU) over the share s of
+    :func:`lib.kvcache.prefix.breakeven_bandwidth_closed_form` (per GPU) over the share s of
     each token one GPU holds: the replica's unique KV bytes per second. Also the rate a replica
     creates KV while prefilling flat out. Latency is ignored (long prefixes).
     """
@@ -295,7 +295,7 @@ def breakeven_prefix_tokens(
 ) -> float:
     """Prefix length P* where recompute and fetch take equally long; recompute wins below it.
 
-    :func:`lib.kvcache_prefix.breakeven_prefix_tokens_closed_form` with the replica's bandwidth
+    :func:`lib.kvcache.prefix.breakeven_prefix_tokens_closed_form` with the replica's bandwidth
     W split as each GPU's share W x s: (2N P + a P (P + 1) / 2) / C = t0 + P b / W. Returns 0
     when fetching wins at every length, ``math.inf`` when recompute always wins.
     """

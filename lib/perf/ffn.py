@@ -21,11 +21,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lib.dtypes import bytes_per_element
-from lib.hardware import GPU, gpu
 from lib.inputs import integer, real
-from lib.models import Model, model
-from lib.tpdecode import allreduce_latency_s
+from lib.perf.tpdecode import allreduce_latency_s
+from lib.registry.dtypes import bytes_per_element
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
 
 MLP_KINDS = ("swiglu", "gelu")
 LINKS = ("auto", "nvlink", "network")
@@ -402,7 +402,7 @@ def decode_comm_crossover_tp(
     2 c n^2 + (a - 2 c) n - k d f b_w / W = 0; network (flat alpha): n = k d f b_w / (W alpha).
     Past it, a decode FFN waits longer on the all-reduce than on HBM.
     """
-    from lib._data import load_yaml
+    from lib.registry.data import load_yaml
     from lib.units import US
 
     g = gpu(chip)
@@ -455,7 +455,7 @@ def plot_regime_map(
     """
     import numpy as np
 
-    from lib.svgplot import Figure, Patch
+    from lib.book.svgplot import Figure, Patch
 
     if ax is None:
         fig = Figure(figsize=(6.0, 3.25))

@@ -1,0 +1,2 @@
+"""Facts loaded from ``data/``: GPUs (:mod:`.hardware`), models (:mod:`.models`), number formats
+(:mod:`.dtypes`) and the one file of modelling assumptions (:mod:`.assumptions`)."""
