@@ -314,7 +314,7 @@ def memory_beyond(
 
 def _try_deployment(mdl, gpu, n, tp, weight_dtype, kv_dtype, **kw):
     try:
-        return mem.deployment(mdl, gpu, n, tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, **kw)
+        return mem.fleet(mdl, gpu, n, tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, **kw)
     except ValueError:
         return None
 

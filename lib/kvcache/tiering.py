@@ -50,7 +50,7 @@ def _gpus(n_gpus: int, gpus_per_node: int) -> int:
 
 
 def default_mfu(mfu: float | None = None) -> float:
-    """``mfu``, or (None) the prefill MFU of ``data/prefill_assumptions.yaml``
+    """``mfu``, or (None) the prefill MFU of ``data/assumptions.yaml``
     (``assumptions.prefill_mfu``), the default of every ``mfu`` argument in this module."""
     return prefill_assumptions()["prefill_mfu"] if mfu is None else mfu
 
@@ -191,7 +191,7 @@ def compute_rate(
 ) -> float:
     """Achievable prefill FLOP/s of a replica: C = n_gpus x dense peak(compute_dtype) x MFU
     (:func:`lib.kvcache.prefix.achieved_flops_per_s`). MFU None: :func:`default_mfu`
-    (``prefill_mfu`` in ``data/prefill_assumptions.yaml``), as for every ``mfu`` below."""
+    (``prefill_mfu`` in ``data/assumptions.yaml``), as for every ``mfu`` below."""
     n_gpus = integer("n_gpus", n_gpus, 1)
     mfu = fraction("mfu", default_mfu(mfu), allow_zero=False)
     return kp.achieved_flops_per_s(chip, n_gpus, compute_dtype, mfu)

@@ -1,27 +1,209 @@
-"""Collective-communication cost models (alpha-beta): a latency per call plus bytes over bandwidth."""
+"""Collective communication: latency plus bytes over the bus, per interconnect and across nodes.
+
+Every collective of the book is priced here (alpha-beta model):
+
+    t = alpha(n) + bytes on the busiest link / (link bytes/s x bus efficiency)
+
+- ring all-reduce: 2 (n - 1) / n x M bytes per GPU; tree all-reduce: 2 M (pipelined double
+  binary tree, latency grows with log2 n); one-shot all-reduce: every rank reads the n - 1
+  other buffers (the measured custom-kernel latency); all-gather and reduce-scatter:
+  (n - 1) / n x M, M the full (gathered) buffer; all-to-all: (n - 1) / n x M of each rank's
+  M-byte buffer leaves it.
+- The link is the vendor's own: NVLink (NVSwitch: any pair at the full per-direction rate),
+  Infinity Fabric (MI300X: one 64 GB/s link per peer, so a ring runs at one peer link while
+  direct algorithms use all n - 1), PCIe for boards without a scale-up link, and the network
+  across nodes, with the node's NICs.
+- A group larger than a node is hierarchical: reduce-scatter inside each node, all-reduce of
+  each GPU's 1/g shard across nodes over that GPU's NIC, all-gather inside the node.
+
+Latencies, bus efficiencies, GPUs and NICs per node come from ``data/assumptions.yaml``
+(``collectives``). SI units: bytes, seconds, bytes/s.
+"""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lib.inputs import integer, real
+from lib.registry import assumptions
+from lib.registry.hardware import GPU, gpu
+from lib.units import GB, US
+
+ALGORITHMS = ("ring", "tree", "one_shot")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """How GPUs of one group talk: the link's name, per-direction bytes/s and latency model."""
+
+    name: str  # "NVLink", "Infinity Fabric", "PCIe", "network"
+    link_bandwidth: float  # bytes/s per direction one GPU can push to one peer / the ring
+    direct_bandwidth: float  # bytes/s per direction one GPU can push to all peers at once
+    bus_efficiency: float
+    key: str  # the section of data/assumptions.yaml collectives
+
+    def alpha_s(self, n: int, steps: int) -> float:
+        """Latency of a collective of ``steps`` ring steps on ``n`` GPUs, seconds."""
+        if n <= 1:
+            return 0.0
+        if self.key in ("nvlink", "infinity_fabric"):
+            a = assumptions.entry(f"collectives.{self.key}.ring_ll")
+            return (a["base_us"] + steps * a["per_step_us"]) * US
+        if self.key == "pcie":
+            return assumptions.value("collectives.pcie.latency_us") * US
+        return assumptions.value("collectives.network.allreduce_latency_us") * US
+
+
+def gpus_per_node(given: int | None = None) -> int:
+    """GPUs in one scale-up domain: ``given`` or ``collectives.gpus_per_node`` (8)."""
+    return integer("gpus_per_node", assumptions.resolve(given, "collectives.gpus_per_node"), 1)
+
+
+def intra_node_fabric(chip: str | GPU) -> Fabric:
+    """The scale-up fabric of ``chip``: NVLink (NVIDIA), Infinity Fabric (AMD), else PCIe."""
+    g = gpu(chip)
+    if g.scaleup_bandwidth:
+        if g.vendor == "AMD":
+            eff = assumptions.value("collectives.infinity_fabric.bus_efficiency")
+            peers = gpus_per_node() - 1
+            return Fabric("Infinity Fabric", g.scaleup_bandwidth, g.scaleup_bandwidth * peers, eff,
+                          "infinity_fabric")
+        eff = assumptions.value("collectives.nvlink.bus_efficiency")
+        return Fabric("NVLink", g.scaleup_bandwidth, g.scaleup_bandwidth, eff, "nvlink")
+    pcie = pcie_bandwidth(g)
+    return Fabric("PCIe", pcie, pcie, assumptions.value("collectives.pcie.bus_efficiency"), "pcie")
+
+
+def pcie_bandwidth(chip: str | GPU) -> float:
+    """Per-direction PCIe x16 bytes/s of the chip's generation (Gen5 for Hopper and later, else Gen4)."""
+    from lib.registry.data import load_yaml
+
+    g = gpu(chip)
+    gen = 4 if g.arch in ("Ampere", "Ada Lovelace", "Ada") else 5
+    std = load_yaml("hardware.yaml")["interconnect_standards"][f"pcie_gen{gen}_x16"]
+    return float(std["unidirectional_gbps"]["value"]) * GB
+
+
+def network_fabric(chip: str | GPU) -> Fabric:
+    """The network between nodes, per GPU: the GPU's NIC share of the node's NICs."""
+    g = gpu(chip)
+    if not g.scaleout_bandwidth:
+        raise ValueError(f"{g.name} has no network (NIC) figure in data/hardware.yaml")
+    nics = assumptions.value("collectives.nics_per_node")
+    per_gpu = g.scaleout_bandwidth * nics / gpus_per_node()
+    eff = assumptions.value("collectives.network.bus_efficiency")
+    return Fabric("network", per_gpu, per_gpu, eff, "network")
+
+
+def _check(message_bytes: float, n_gpus: int, algorithm: str) -> tuple[float, int]:
+    m = real("message_bytes", message_bytes, 0)
+    n = integer("n_gpus", n_gpus, 1)
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}; got {algorithm!r}")
+    return m, n
+
+
+def _flat_all_reduce_s(m: float, n: int, f: Fabric, algorithm: str) -> tuple[float, float]:
+    """(latency, bandwidth) seconds of an all-reduce on one fabric."""
+    if n == 1:
+        return 0.0, 0.0
+    if algorithm == "ring":
+        return f.alpha_s(n, 2 * (n - 1)), 2 * (n - 1) / n * m / (f.link_bandwidth * f.bus_efficiency)
+    if algorithm == "tree":
+        return (f.alpha_s(n, 2 * math.ceil(math.log2(n))),
+                2 * m / (f.link_bandwidth * f.bus_efficiency))
+    # one-shot: each rank reads the other n - 1 buffers at once over its direct links
+    return one_shot_latency_s(n, f), (n - 1) * m / (f.direct_bandwidth * f.bus_efficiency)
+
+
+def one_shot_latency_s(n: int, f: Fabric) -> float:
+    """Measured latency of a one-shot custom all-reduce (H100, 32 KB; linear in n between and
+    beyond the measured TP degrees); other fabrics fall back to their ring latency."""
+    if f.key != "nvlink":
+        return f.alpha_s(n, 2 * (n - 1))
+    pts = assumptions.entry("collectives.nvlink.one_shot")
+    xs, ys = pts["tp"], pts["us"]
+    if n <= xs[0]:
+        return ys[0] * US
+    for x0, y0, x1, y1 in zip(xs, ys, xs[1:], ys[1:], strict=False):
+        if n <= x1:
+            return (y0 + (y1 - y0) * (n - x0) / (x1 - x0)) * US
+    return (ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (n - xs[-1])) * US
+
+
+@dataclass(frozen=True)
+class CollectiveTime:
+    """One collective call: latency and bandwidth seconds, and the fabric(s) it crossed."""
+
+    kind: str
+    n_gpus: int
+    message_bytes: float
+    latency_s: float
+    bandwidth_s: float
+    fabric: str
+
+    @property
+    def time_s(self) -> float:
+        return self.latency_s + self.bandwidth_s
+
+
+def collective(kind: str, message_bytes: float, n_gpus: int, chip: str | GPU,
+               algorithm: str = "ring", nodes_gpus: int | None = None) -> CollectiveTime:
+    """Time of one collective of ``kind`` over ``n_gpus`` GPUs of ``chip``.
+
+    ``message_bytes``: the per-rank buffer (all-reduce, all-to-all) or the full gathered buffer
+    (all-gather, reduce-scatter). Groups of at most ``nodes_gpus`` (default
+    ``collectives.gpus_per_node``) stay on the scale-up fabric; larger groups must be whole nodes
+    and go hierarchical (see the module docstring).
+    """
+    if kind not in COLLECTIVES:
+        raise ValueError(f"kind must be one of {', '.join(COLLECTIVES)}; got {kind!r}")
+    m, n = _check(message_bytes, n_gpus, algorithm)
+    g = gpu(chip)
+    per_node = gpus_per_node(nodes_gpus)
+    intra = intra_node_fabric(g)
+    if n <= per_node:
+        lat, bw = _flat(kind, m, n, intra, algorithm)
+        return CollectiveTime(kind, n, m, lat, bw, intra.name if n > 1 else "none")
+    if n % per_node:
+        raise ValueError(f"a group of {n} GPUs spanning nodes must be whole nodes of {per_node}")
+    nodes, net = n // per_node, network_fabric(g)
+    if kind == "all_reduce":
+        rs = _flat("reduce_scatter", m, per_node, intra, "ring")
+        ar = _flat("all_reduce", m / per_node, nodes, net, "ring")
+        ag = _flat("all_gather", m, per_node, intra, "ring")
+        lat, bw = rs[0] + ar[0] + ag[0], rs[1] + ar[1] + ag[1]
+    elif kind in ("all_gather", "reduce_scatter"):
+        inner = _flat(kind, m / nodes, per_node, intra, "ring")
+        outer = _flat(kind, m, nodes, net, "ring")
+        lat, bw = inner[0] + outer[0], inner[1] + outer[1]
+    else:  # all-to-all: the share bound for other nodes leaves over this GPU's NIC
+        inner = _flat("all_to_all", m * per_node / n, per_node, intra, algorithm)
+        lat = inner[0] + net.alpha_s(nodes, 1)
+        bw = max(inner[1], m * (n - per_node) / n / (net.link_bandwidth * net.bus_efficiency))
+    return CollectiveTime(kind, n, m, lat, bw, f"{intra.name} + network")
+
+
+def _flat(kind: str, m: float, n: int, f: Fabric, algorithm: str) -> tuple[float, float]:
+    if n == 1:
+        return 0.0, 0.0
+    if kind == "all_reduce":
+        return _flat_all_reduce_s(m, n, f, algorithm)
+    if kind in ("all_gather", "reduce_scatter"):
+        return f.alpha_s(n, n - 1), (n - 1) / n * m / (f.link_bandwidth * f.bus_efficiency)
+    # all-to-all: n - 1 peers at once over the direct links
+    return f.alpha_s(n, 1), (n - 1) / n * m / (f.direct_bandwidth * f.bus_efficiency)
+
+
+def all_reduce_s(message_bytes: float, n_gpus: int, chip: str | GPU, algorithm: str = "ring",
+                 nodes_gpus: int | None = None) -> float:
+    """Seconds of one all-reduce of ``message_bytes`` per rank (see :func:`collective`)."""
+    return collective("all_reduce", message_bytes, n_gpus, chip, algorithm, nodes_gpus).time_s
 
 
 def ring_allreduce_bytes_per_gpu(message_bytes: float, n_gpus: int) -> float:
     """Bytes each GPU sends in a ring all-reduce: 2 (n - 1) / n x message bytes."""
-    if n_gpus < 1:
-        raise ValueError(f"n_gpus must be >= 1, got {n_gpus}")
-    if message_bytes < 0:
-        raise ValueError(f"message_bytes must be >= 0, got {message_bytes}")
-    return 2.0 * (n_gpus - 1) / n_gpus * message_bytes
-
-
-def ring_allreduce_time_s(message_bytes: float, n_gpus: int, link_bandwidth: float,
-                          latency_s: float = 0.0) -> float:
-    """Time of one ring all-reduce, seconds: latency + 2 (n - 1) / n x bytes / link bytes/s.
-
-    ``link_bandwidth`` is per direction (NVLink: 450e9 on H100). One GPU: no communication.
-    """
-    if n_gpus == 1:
-        return 0.0
-    if link_bandwidth is None or link_bandwidth <= 0:
-        raise ValueError("link_bandwidth must be > 0 bytes/s for n_gpus > 1 (this GPU has no scale-up link)")
-    if latency_s < 0:
-        raise ValueError(f"latency_s must be >= 0, got {latency_s}")
-    return latency_s + ring_allreduce_bytes_per_gpu(message_bytes, n_gpus) / link_bandwidth
+    m, n = _check(message_bytes, n_gpus, "ring")
+    return 2.0 * (n - 1) / n * m

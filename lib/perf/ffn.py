@@ -410,7 +410,7 @@ def decode_comm_crossover_tp(
     read = shape.weight_params * bytes_per_element(weight_dtype) / g.memory_bandwidth
     if link == "network":
         return read / allreduce_latency_s(2, "network")
-    d = load_yaml("serving_assumptions.yaml")["assumptions"]["allreduce_nccl_ring_ll"]
+    d = load_yaml("assumptions.yaml")["collectives"]["nvlink"]["ring_ll"]
     a, c = d["base_us"] * US, d["per_step_us"] * US
     qa, qb = 2 * c, a - 2 * c
     return (-qb + math.sqrt(qb * qb + 4 * qa * read)) / (2 * qa)

@@ -14,7 +14,7 @@ Two uses:
   helpers for the breaks that are not additive (MoE load, L2 residency; KV capacity is
   :func:`lib.perf.memory.kv_capacity_tokens`).
 
-Every constant that is not a datasheet number comes from ``data/kernel_assumptions.yaml``,
+Every constant that is not a datasheet number comes from ``data/assumptions.yaml``,
 each with a source or an explicit assumption. SI units: seconds, bytes, FLOP.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from lib.inputs import fraction, integer, real
-from lib.perf.collectives import ring_allreduce_time_s
+from lib.perf import collectives
 from lib.perf.decode_kernels import FUSION_LEVELS, KernelCost, decode_step_kernels
 from lib.registry.data import load_yaml
 from lib.registry.hardware import GPU, gpu
@@ -59,9 +59,33 @@ BUCKET_LABEL = {
 # ---- assumptions -------------------------------------------------------------------------
 
 
+def _compat_doc() -> dict:
+    """TRANSITIONAL: the old kernel_assumptions layout mapped onto data/assumptions.yaml
+    (this module is being folded into lib.perf.step)."""
+    doc = load_yaml("assumptions.yaml")
+    ds, an, misc = doc["decode_step"], doc["anchors"], doc["misc"]
+    us = lambda e: {"value": e["value"]}  # noqa: E731
+    return {
+        "efficiency": {"hbm_streaming": ds["gemv_bandwidth_efficiency"],
+                       "attention_kv_read": ds["attention_kv_bandwidth_efficiency"],
+                       "matmul_flops": ds["matmul_flops_efficiency"],
+                       "sustained_clock_under_power_cap": ds["sustained_clock_under_power_cap"]},
+        "overhead_us": {"kernel_fixed": us(ds["kernel_fixed_us"]), "launch_gap": us(ds["launch_gap_us"]),
+                        "eager_cpu_per_launch": us(ds["eager_launch_us"]),
+                        "allreduce_nccl": {"value": doc["collectives"]["nvlink"]["ring_ll"]["base_us"]
+                                           + 14 * doc["collectives"]["nvlink"]["ring_ll"]["per_step_us"]},
+                        "host_step": {"value": ds["sampling_us"]["value"] + ds["scheduler_us"]["value"]},
+                        "host_sync": {"value": 0.0}},
+        "counts": {"sampling_kernels": ds["sampling_kernels"]},
+        "memory": {"static_allocation_utilization": an["static_allocation_utilization"],
+                   "l2_to_hbm_bandwidth": misc["l2_to_hbm_bandwidth"],
+                   "activation_and_graph_reserve_gb": misc["activation_and_graph_reserve_gb"]},
+    }
+
+
 def assumption(section: str, key: str):
-    """One value from data/kernel_assumptions.yaml (``assumption('overhead_us', 'launch_gap')``)."""
-    doc = load_yaml("kernel_assumptions.yaml")
+    """One value from data/assumptions.yaml (``assumption('overhead_us', 'launch_gap')``)."""
+    doc = _compat_doc()
     if section not in doc or section == "sources":
         raise ValueError(
             f"section must be one of {[k for k in doc if k != 'sources']}, got {section!r}"
@@ -114,7 +138,7 @@ class Overheads:
 
 
 def default_overheads(**overrides) -> Overheads:
-    """Overheads from data/kernel_assumptions.yaml (NCCL all-reduce, CUDA graphs, vLLM-like
+    """Overheads from data/assumptions.yaml (NCCL all-reduce, CUDA graphs, vLLM-like
     partial fusion); keyword arguments replace single fields."""
     base = Overheads(
         hbm_efficiency=assumption("efficiency", "hbm_streaming"),
@@ -209,16 +233,13 @@ def _kernel_time(
 
 def _allreduce_s(m: Model, chip: GPU, tp: int, batch: int, ov: Overheads) -> float:
     """One all-reduce of the step's activations (batch x hidden x 2 B) over the NVLink ring, s."""
-    return ring_allreduce_time_s(
-        batch * m.hidden_size * 2.0, tp, chip.scaleup_bandwidth or 1.0, ov.allreduce_latency_s
-    )
+    return collectives.all_reduce_s(batch * m.hidden_size * 2.0, tp, chip)
 
 
 def _logits_gather_s(m: Model, chip: GPU, tp: int, batch: int, ov: Overheads) -> float:
     """The vocabulary-parallel LM head's all-gather of FP32 logits:
     latency + (tp - 1) / tp x batch x V x 4 B / link bandwidth, seconds."""
-    link = chip.scaleup_bandwidth or 1.0
-    return ov.allreduce_latency_s + (tp - 1) / tp * batch * m.vocab_size * 4.0 / link
+    return collectives.collective("all_gather", batch * m.vocab_size * 4.0, tp, chip).time_s
 
 
 def _step_kernel_list(

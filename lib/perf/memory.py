@@ -14,7 +14,7 @@ Four parts, all per GPU and in SI units (bytes, seconds) unless a name says othe
 3. **Placement.** :func:`kv_placement` says how many bytes of each token's KV a GPU stores under
    tensor, pipeline and decode-context parallelism or data-parallel attention, and how many
    duplicate copies exist (tensor parallelism past the KV-head count replicates heads; MLA's
-   single latent is replicated on every TP rank). :func:`deployment` turns that into tokens and
+   single latent is replicated on every TP rank). :func:`fleet` turns that into tokens and
    sequences for ``n`` GPUs.
 4. **Long context.** Per-sequence KV, chunked-prefill step time and the three context lengths
    at which capacity, time to first token and the scheduler give out.
@@ -631,13 +631,20 @@ class MemoryBudget:
         return rows + [("kv_cache", self.kv_cache_bytes, "remainder")]
 
 
-def _default_batch_limits(chip: GPU) -> tuple[int, int]:
+def default_batch_limits(chip: str | GPU) -> tuple[int, int]:
     """vLLM API-server defaults (``engine_defaults`` in ``data/serving_memory.yaml``):
     max_num_batched_tokens / max_num_seqs on GPUs of at least large_gpu_memory_gib other than
     A100, else max_num_batched_tokens_small_gpu / max_num_seqs_small_gpu."""
+    chip = gpu(chip)
     if visible_memory_bytes(chip) >= fact("large_gpu_memory_gib") * GiB and not chip.key.startswith("a100"):
         return fact("max_num_batched_tokens"), fact("max_num_seqs")
     return fact("max_num_batched_tokens_small_gpu"), fact("max_num_seqs_small_gpu")
+
+
+def default_block_size(mdl: str | Model) -> int:
+    """vLLM's KV block size for ``mdl``: 16 tokens, 64 for MLA models (FlashMLA), from
+    ``data/serving_memory.yaml``."""
+    return fact("mla_block_size_flashmla") if model(mdl).is_mla else fact("block_size")
 
 
 def memory_budget(
@@ -683,7 +690,7 @@ def memory_budget(
     u = fraction(
         "gpu_memory_utilization", default_memory_utilization(gpu_memory_utilization), allow_zero=False
     )
-    dflt_tokens, dflt_seqs = _default_batch_limits(g)
+    dflt_tokens, dflt_seqs = default_batch_limits(g)
     tokens = integer(
         "max_num_batched_tokens",
         dflt_tokens if max_num_batched_tokens is None else max_num_batched_tokens,
@@ -691,7 +698,7 @@ def memory_budget(
     )
     seqs = integer("max_num_seqs", dflt_seqs if max_num_seqs is None else max_num_seqs, 1)
     if block_size is None:
-        block_size = fact("mla_block_size_flashmla") if m.is_mla else fact("block_size")
+        block_size = default_block_size(m)
     block_size = integer("block_size", block_size, 1)
     rows = integer("sampler_rows", min(seqs, tokens) if sampler_rows is None else sampler_rows, 1)
     activations = (
@@ -780,11 +787,11 @@ def naive_kv_bytes(
     return kv_free_bytes_per_gpu(mdl, chip, tp, weight_dtype)
 
 
-# ---- deployments: n GPUs, one layout ----------------------------------------------------------
+# ---- fleets: n GPUs as replicas of one layout ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Deployment:
+class Fleet:
     """``n_gpus`` GPUs split into identical replicas of ``tp x pp`` GPUs with one KV layout."""
 
     label: str
@@ -830,7 +837,7 @@ class Deployment:
         return self.wasted_bytes_per_gpu * self.n_gpus
 
 
-def deployment(
+def fleet(
     mdl: str | Model,
     chip: str | GPU,
     n_gpus: int,
@@ -842,7 +849,7 @@ def deployment(
     kv_dtype: str = "bf16",
     label: str | None = None,
     **budget_kwargs,
-) -> Deployment:
+) -> Fleet:
     """KV capacity of ``n_gpus`` GPUs as n / (tp pp) replicas of one layout (see :func:`memory_budget`).
 
     Raises ValueError when tp x pp does not divide n_gpus or a replica's GPUs cannot hold the weights.
@@ -871,7 +878,7 @@ def deployment(
         label = " x ".join(parts) + (
             f" (x{n_gpus // (tp * pp)} replicas)" if n_gpus > tp * pp else ""
         )
-    return Deployment(label, n_gpus, n_gpus // (tp * pp), budget, placement)
+    return Fleet(label, n_gpus, n_gpus // (tp * pp), budget, placement)
 
 
 def gpu_hour_cost(n_gpu_equivalents: float, usd_per_gpu_hour: float | None = None) -> float:

@@ -4,7 +4,7 @@ cache puts on decode batching (capacity and bandwidth).
 
 All quantities SI: FLOP, FLOP/s, bytes, bytes/s, seconds. A "replica" is ``n_gpus`` GPUs
 holding one copy of the model with tensor parallelism: FLOPs, weights and (up to the KV-head
-count) the KV cache split evenly. Assumption values live in ``data/prefill_assumptions.yaml``
+count) the KV cache split evenly. Assumption values live in ``data/assumptions.yaml``
 (MFU) and ``data/serving_memory.yaml`` (memory utilization) and come in as arguments; nothing
 here hides a default efficiency below 1 except where the docstring says so.
 """
@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from lib.inputs import fraction, integer, real
-from lib.perf.collectives import ring_allreduce_time_s
+from lib.perf import collectives
 from lib.perf.memory import kv_capacity_sequences  # noqa: F401  (re-exported: the formula lives in lib.perf.memory)
 from lib.perf.roofline import (
     kv_shard_fraction,
@@ -24,6 +24,7 @@ from lib.perf.roofline import (
     weight_bytes_read_per_step,
     weight_bytes_streamed,
 )
+from lib.registry.assumptions import resolve
 from lib.registry.data import load_yaml
 from lib.registry.dtypes import bytes_per_element
 from lib.registry.hardware import GPU, gpu
@@ -31,9 +32,16 @@ from lib.registry.models import Model, model
 
 
 def assumptions() -> dict:
-    """The sourced assumption values of ``data/prefill_assumptions.yaml`` as {name: value}."""
-    doc = load_yaml("prefill_assumptions.yaml")
-    return {k: v["value"] for k, v in doc["assumptions"].items()}
+    """{name: value} of the prefill assumption and the published anchors beside it
+    (``prefill`` and ``anchors`` in ``data/assumptions.yaml``)."""
+    doc = load_yaml("assumptions.yaml")
+    return {k: v["value"] for sec in ("prefill", "anchors") for k, v in doc[sec].items()}
+
+
+def default_mfu(mfu: float | None = None) -> float:
+    """``mfu``, or (None) ``prefill.prefill_mfu``: the compute-only fraction of dense peak a
+    long prefill sustains (communication is priced apart, by :func:`prefill_time`)."""
+    return fraction("mfu", resolve(mfu, "prefill.prefill_mfu"), allow_zero=False)
 
 
 def _check_tp(m: Model, tp: int) -> int:
@@ -275,29 +283,60 @@ def prefill_allreduce_s(
     tp: int,
     batch: int = 1,
     act_dtype: str = "bf16",
-    latency_s: float = 0.0,
-    bus_efficiency: float = 1.0,
 ) -> float:
     """Tensor-parallel communication of one prefill if not overlapped with compute, seconds.
 
-    2 all-reduces per layer (after attention and after the FFN) of tokens x hidden x b bytes:
-    2 x layers x (latency + 2 (tp - 1) / tp x bytes / (link bandwidth x bus_efficiency)).
+    2 all-reduces per layer (after attention and after the FFN) of tokens x hidden x b bytes,
+    each priced by :func:`lib.perf.collectives.all_reduce_s` (latency + ring bytes over the
+    vendor's link): it grows with the tokens, so TTFT does not scale as 1 / tp.
     """
-    m, g = model(mdl), gpu(chip)
+    m = model(mdl)
     tp = _check_tp(m, tp)
     prompt_len = integer("prompt_len", prompt_len, 1)
     batch = integer("batch", batch, 1)
-    fraction("bus_efficiency", bus_efficiency, allow_zero=False)
     if tp == 1:
         return 0.0
-    if not g.scaleup_bandwidth:
-        raise ValueError(f"{g.name} has no NVLink-class link; tensor parallelism needs tp=1 here")
     message = batch * prompt_len * m.hidden_size * bytes_per_element(act_dtype)
-    return (
-        2
-        * m.num_layers
-        * ring_allreduce_time_s(message, tp, g.scaleup_bandwidth * bus_efficiency, latency_s)
-    )
+    return 2 * m.num_layers * collectives.all_reduce_s(message, tp, chip)
+
+
+@dataclass(frozen=True)
+class PrefillTime:
+    """One prefill on one replica: the per-GPU roofline at the MFU, plus tensor-parallel traffic."""
+
+    estimate: PrefillEstimate
+    allreduce_s: float  # 2 L all-reduces of tokens x d x b, not overlapped with compute
+
+    @property
+    def compute_s(self) -> float:
+        return self.estimate.compute_s
+
+    @property
+    def memory_s(self) -> float:
+        return self.estimate.memory_s
+
+    @property
+    def time_s(self) -> float:
+        """max(compute, weight read) + all-reduce time: the prefill's wall time."""
+        return self.estimate.time_s + self.allreduce_s
+
+
+def prefill_time(dep, prompt_len: int, batch: int = 1, mfu: float | None = None) -> PrefillTime:
+    """Time of prefilling ``batch`` prompts of ``prompt_len`` tokens on one replica of ``dep``.
+
+    time = max(FLOPs / (tp P mfu), bytes / W) + 2 L x all_reduce(tokens x d x b_act, tp).
+    ``mfu`` (default ``prefill.prefill_mfu``) covers the kernels only, so the communication is
+    charged once, here. The one prefill model of the book: TTFT, recompute and chunk pricing
+    call it.
+    """
+    from lib.perf.deployment import Deployment
+
+    if not isinstance(dep, Deployment):
+        raise ValueError(f"dep must be a lib.perf.deployment.Deployment, got {type(dep).__name__}")
+    est = prefill_estimate(dep.mdl, dep.chip, prompt_len, dep.tp, default_mfu(mfu), dep.weight_dtype,
+                           dep.compute_dtype, dep.kv_dtype, batch=batch)
+    comm = prefill_allreduce_s(dep.mdl, dep.chip, prompt_len, dep.tp, batch, dep.act_dtype)
+    return PrefillTime(est, comm)
 
 
 def ttft_s(

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lib.inputs import fraction, integer, real
-from lib.perf.collectives import ring_allreduce_time_s
 from lib.perf.moe import expected_experts_touched
 from lib.registry.dtypes import bytes_per_element
 from lib.registry.hardware import GPU, gpu
@@ -258,40 +257,6 @@ def fits_in_memory(mdl: str | Model, chip: str | GPU, tp: int = 1, weight_dtype:
     tp = _check_tp(m, tp)
     per_gpu = m.weight_bytes(weight_dtype) / tp + kv_bytes_total * kv_shard_fraction(m, tp)
     return per_gpu <= g.memory_bytes, per_gpu
-
-
-def decode_step_breakdown(mdl: str | Model, chip: str | GPU, tp: int = 1, batch: int = 1,
-                          context: int = 0, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
-                          bandwidth_efficiency: float = 1.0, allreduce_latency_s: float = 0.0,
-                          kernels_per_layer: int = 0, launch_overhead_s: float = 0.0,
-                          compute_dtype: str = "bf16") -> dict[str, float]:
-    """Where a decode step's time goes, in seconds per step, on one of ``tp`` GPUs.
-
-    weights: weight bytes / tp / peak bandwidth (the floor); kv_cache: KV bytes read / peak
-    bandwidth; bandwidth_shortfall: (weights + kv) x (1 / efficiency - 1); allreduce:
-    2 per layer x (latency + ring bytes / link bandwidth); launches: layers x kernels x launch
-    overhead; compute_excess: compute time beyond memory time, if any.
-    """
-    m, g = model(mdl), gpu(chip)
-    fraction("bandwidth_efficiency", bandwidth_efficiency, allow_zero=False)
-    if kernels_per_layer < 0 or launch_overhead_s < 0:
-        raise ValueError("kernels_per_layer and launch_overhead_s must be >= 0")
-    if tp > 1 and not g.scaleup_bandwidth:
-        raise ValueError(f"{g.name} has no NVLink-class link; pick tp=1 or another GPU")
-    step = decode_step(m, g, tp, batch, context, weight_dtype, kv_dtype, compute_dtype)
-    weights_s = weight_bytes_read_per_step(m, batch, weight_dtype) / tp / g.memory_bandwidth
-    kv_s = step.memory_s - weights_s
-    message = batch * m.hidden_size * bytes_per_element(compute_dtype)
-    allreduce_s = 2 * m.num_layers * ring_allreduce_time_s(message, tp, g.scaleup_bandwidth or 1.0,
-                                                             allreduce_latency_s)
-    return {
-        "weights": weights_s,
-        "kv_cache": kv_s,
-        "bandwidth_shortfall": step.memory_s * (1.0 / bandwidth_efficiency - 1.0),
-        "allreduce": allreduce_s,
-        "launches": m.num_layers * kernels_per_layer * launch_overhead_s,
-        "compute_excess": max(0.0, step.compute_s - step.memory_s / bandwidth_efficiency),
-    }
 
 
 def plot_roofline(chip: str | GPU, dtype: str = "bf16", points: dict[str, float] | None = None,

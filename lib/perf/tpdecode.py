@@ -14,7 +14,7 @@ One decode step on each of ``tp`` GPUs is modelled as a sum of buckets (seconds)
 - ``compute_excess``: FLOP time beyond the (achieved) memory time, if any.
 
 Only the first four shrink with ``tp``; the rest do not (the all-reduces even grow), which
-is why the speedup curve bends. Defaults come from ``data/serving_assumptions.yaml``.
+is why the speedup curve bends. Defaults come from ``data/assumptions.yaml``.
 SI units inside: bytes, seconds.
 """
 
@@ -51,7 +51,23 @@ BUCKETS = (
 
 
 def _assumptions_doc() -> dict:
-    return load_yaml("serving_assumptions.yaml")["assumptions"]
+    """TRANSITIONAL: the old serving_assumptions keys mapped onto data/assumptions.yaml
+    (this module is being folded into lib.perf.step)."""
+    doc = load_yaml("assumptions.yaml")
+    ds, co = doc["decode_step"], doc["collectives"]
+    return {
+        **{k: ds[k] for k in ("gemm_kernels_per_layer", "small_kernels_per_layer",
+                              "attention_kernels_per_layer", "allreduces_per_layer",
+                              "gemv_bandwidth_efficiency", "attention_kv_bandwidth_efficiency",
+                              "launch_gap_us", "sampling_us", "scheduler_us")},
+        "kernels_per_step": {"value": 3 + ds["sampling_kernels"]["value"]},
+        "small_kernel_us": ds["kernel_fixed_us"],
+        "eager_launch_gap_us": ds["eager_launch_us"],
+        "allreduce_nccl_ring_ll": co["nvlink"]["ring_ll"],
+        "allreduce_one_shot": co["nvlink"]["one_shot"],
+        "allreduce_network": {"value_us": co["network"]["allreduce_latency_us"]["value"]},
+        "allreduce_link_efficiency": co["nvlink"]["bus_efficiency"],
+    }
 
 
 # ---- all-reduce latency per call -----------------------------------------------------------
@@ -164,7 +180,7 @@ class StepAssumptions:
 
 
 def assumptions(level: str = "central") -> StepAssumptions:
-    """Step assumptions from ``data/serving_assumptions.yaml``.
+    """Step assumptions from ``data/assumptions.yaml``.
 
     ``central``: the values; ``optimistic``: the fast end of every range and the one-shot
     all-reduce; ``pessimistic``: the slow end, NCCL ring all-reduce.

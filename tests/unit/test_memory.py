@@ -334,16 +334,16 @@ def test_budget_errors():
 
 
 def test_deployment_layouts():
-    one = mem.deployment(L70, "h100-sxm", 8, 8)
-    two = mem.deployment(L70, "h100-sxm", 16, 8)
-    tp16 = mem.deployment(L70, "h100-sxm", 16, 16)
+    one = mem.fleet(L70, "h100-sxm", 8, 8)
+    two = mem.fleet(L70, "h100-sxm", 16, 8)
+    tp16 = mem.fleet(L70, "h100-sxm", 16, 16)
     assert two.replicas == 2 and two.tokens_total == 2 * one.tokens_total
     assert tp16.wasted_bytes_per_gpu == pytest.approx(tp16.budget.kv_cache_bytes / 2)
     assert tp16.tokens_total < two.tokens_total  # the duplicated copy costs capacity
-    dpa = mem.deployment("deepseek-v3", "h200", 8, 8, dp_attention=True, weight_dtype="fp8")
+    dpa = mem.fleet("deepseek-v3", "h200", 8, 8, dp_attention=True, weight_dtype="fp8")
     assert dpa.tokens_per_replica == 8 * dpa.tokens_per_gpu
     with pytest.raises(ValueError, match="must divide n_gpus"):
-        mem.deployment(L70, "h100-sxm", 12, 8)
+        mem.fleet(L70, "h100-sxm", 12, 8)
 
 
 def test_gpu_hour_cost():

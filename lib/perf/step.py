@@ -1,0 +1,360 @@
+"""The decode step: the one model of how long a decode step takes, on one GPU of a Deployment.
+
+A step runs ``batch`` sequences forward by one token, each attending to ``context`` cached
+tokens. It is built as the timeline a profiler would show on one GPU:
+
+1. **Host phase**: ``sampling_us + scheduler_us`` of CPU work on the critical path (returning
+   the sampled tokens, building the next batch) while the GPU idles.
+2. **Kernels**, in execution order (per layer: norm, QKV GEMM, rotary, KV write, attention,
+   O GEMM, all-reduce, norm, gate/up GEMM, activation, down GEMM, all-reduce; once per step:
+   embedding, final norm, LM head, logits all-gather, sampling). Each kernel lasts
+   ``kernel_fixed + max(bytes / (W x eff), FLOPs / (P x matmul_eff))``: the per-kernel
+   roofline, so a weight read and the GEMM that consumes it overlap (max, not sum). Weight
+   GEMMs stream at ``gemv_bandwidth_efficiency``, attention reads the KV cache at
+   ``attention_kv_bandwidth_efficiency``. Collectives come from :mod:`lib.perf.collectives`
+   (the vendor's link, hierarchical across nodes).
+3. **Launches**: with CUDA graphs the GPU idles ``launch_gap_us`` between kernels. Eager, the
+   CPU issues kernel i at ``host_end + (i + 1) x eager_launch_us`` and the GPU starts it at
+   ``max(previous end + launch_gap, issue time)``: long kernels hide the launch cost, runs of
+   short ones expose it. Only what the GPU cannot hide is charged.
+
+The step is then attributed to buckets that add up to it exactly: the read floor (weights,
+KV cache at datasheet bandwidth), the bandwidth shortfall of each, compute beyond memory,
+fixed per-kernel time, launch gaps, collective latency and bandwidth, host time. Every
+constant comes from ``data/assumptions.yaml`` (``decode_step``) unless overridden.
+SI units: bytes, FLOP, seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from lib.inputs import fraction, integer, real
+from lib.perf import collectives
+from lib.perf.deployment import Deployment
+from lib.perf.moe import expected_experts_touched
+from lib.registry import assumptions
+from lib.registry.dtypes import bytes_per_element
+from lib.units import US
+
+BUCKETS = (
+    "weights",
+    "kv_cache",
+    "weight_bandwidth_shortfall",
+    "kv_bandwidth_shortfall",
+    "compute_excess",
+    "kernel_fixed",
+    "launch_gaps",
+    "allreduce_latency",
+    "allreduce_bandwidth",
+    "sampling",
+    "scheduler",
+)
+LOGIT_BYTES = 4.0  # logits are produced and sampled in FP32
+
+
+@dataclass(frozen=True)
+class StepAssumptions:
+    """What a decode step costs beyond the model, chip and workload. SI units; see the yaml."""
+
+    gemv_efficiency: float
+    kv_efficiency: float
+    matmul_efficiency: float
+    kernel_fixed_s: float
+    launch_gap_s: float
+    eager_launch_s: float
+    sampling_s: float
+    scheduler_s: float
+    sampling_kernels: int
+    allreduce_algorithm: str = "ring"
+
+    def __post_init__(self) -> None:
+        for name in ("gemv_efficiency", "kv_efficiency", "matmul_efficiency"):
+            fraction(name, getattr(self, name), allow_zero=False)
+        for name in ("kernel_fixed_s", "launch_gap_s", "eager_launch_s", "sampling_s", "scheduler_s"):
+            real(name, getattr(self, name), 0, unit="seconds")
+        object.__setattr__(self, "sampling_kernels", integer("sampling_kernels", self.sampling_kernels, 0))
+        if self.allreduce_algorithm not in collectives.ALGORITHMS:
+            raise ValueError(
+                f"allreduce_algorithm must be one of {', '.join(collectives.ALGORITHMS)}; "
+                f"got {self.allreduce_algorithm!r}"
+            )
+
+    def replace(self, **changes) -> StepAssumptions:
+        """A validated copy with some fields changed."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"unknown step assumption(s) {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+
+_YAML = {  # field -> (key under decode_step, scale to SI, which end of the range is fast)
+    "gemv_efficiency": ("gemv_bandwidth_efficiency", 1.0, "high"),
+    "kv_efficiency": ("attention_kv_bandwidth_efficiency", 1.0, "high"),
+    "matmul_efficiency": ("matmul_flops_efficiency", 1.0, "high"),
+    "kernel_fixed_s": ("kernel_fixed_us", US, "low"),
+    "launch_gap_s": ("launch_gap_us", US, "low"),
+    "eager_launch_s": ("eager_launch_us", US, "low"),
+    "sampling_s": ("sampling_us", US, "low"),
+    "scheduler_s": ("scheduler_us", US, "low"),
+}
+LEVELS = ("optimistic", "central", "pessimistic")
+
+
+def step_assumptions(level: str = "central", **overrides) -> StepAssumptions:
+    """Step assumptions from ``data/assumptions.yaml``: ``central`` values, or the fast
+    (``optimistic``: one-shot all-reduce too) or slow (``pessimistic``) end of every range.
+    Keyword arguments set single fields (None keeps the data value)."""
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {', '.join(LEVELS)}; got {level!r}")
+    values = {}
+    for field, (key, scale, fast) in _YAML.items():
+        path = f"decode_step.{key}"
+        lo, hi = assumptions.value_range(path)
+        slow = "low" if fast == "high" else "high"
+        end = {"central": None, "optimistic": fast, "pessimistic": slow}[level]
+        v = assumptions.value(path) if end is None else {"low": lo, "high": hi}[end]
+        values[field] = v * scale
+    values["sampling_kernels"] = assumptions.value("decode_step.sampling_kernels")
+    values["allreduce_algorithm"] = "one_shot" if level == "optimistic" else "ring"
+    unknown = set(overrides) - set(values)
+    if unknown:
+        raise ValueError(f"unknown step assumption(s) {sorted(unknown)}; valid: {sorted(values)}")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return StepAssumptions(**values)
+
+
+# ---- the kernels of one step -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One launch on one GPU: what it moves and computes, and how long it runs (seconds)."""
+
+    name: str
+    category: str  # gemm | attention | small | collective | sampling
+    weight_bytes: float = 0.0
+    kv_bytes: float = 0.0
+    other_bytes: float = 0.0
+    flops: float = 0.0
+    collective_latency_s: float = 0.0
+    collective_bandwidth_s: float = 0.0
+
+
+def kv_read_fraction(dep: Deployment) -> float:
+    """Share of each token's KV one GPU reads: 1 / tp up to the KV heads (then 1 / KV heads,
+    replicated), 1 for MLA's latent; divided by ``dcp`` when decode context parallelism
+    splits the replicated copies."""
+    m = dep.mdl
+    base = 1.0 if m.is_mla else max(1.0 / dep.tp, 1.0 / m.num_kv_heads)
+    return base / dep.dcp
+
+
+def _layer_kernels(dep: Deployment, batch: int, context: int, moe_layer: bool,
+                   a: StepAssumptions) -> list[Kernel]:
+    m, g, tp = dep.mdl, dep.chip, dep.tp
+    b_w, b_a = bytes_per_element(dep.weight_dtype), bytes_per_element(dep.act_dtype)
+    B, d = batch, m.hidden_size
+    att = m.attention_params_per_layer()
+    o_params = m.num_attention_heads * (m.v_head_dim if m.is_mla else m.head_dim) * d
+    kv_layer = B * context * m.kv_bytes_per_token(dep.kv_dtype) / m.num_layers * kv_read_fraction(dep)
+    att_flops = B * m.attention_flops_per_token(context) / m.num_layers / tp
+    msg = B * d * b_a
+    out = [
+        Kernel("norm", "small"),
+        Kernel("qkv_proj", "gemm", weight_bytes=(att - o_params) * b_w / tp, flops=2 * B * (att - o_params) / tp),
+        Kernel("rotary", "small"),
+        Kernel("kv_write", "small"),
+        Kernel("attention", "attention", kv_bytes=kv_layer, flops=att_flops),
+        Kernel("o_proj", "gemm", weight_bytes=o_params * b_w / tp, flops=2 * B * o_params / tp),
+    ]
+    ar = _collective(dep, "all_reduce", msg, a) if tp > 1 else None
+    if ar:
+        out.append(ar)
+    out.append(Kernel("norm", "small"))
+    if moe_layer:
+        per_expert = m._ffn_params(m.expert_intermediate_size)
+        touched = expected_experts_touched(m.num_experts, m.experts_per_token, B)
+        router = m.hidden_size * m.num_experts
+        read = ((touched + m.shared_experts) * per_expert + router) * b_w / tp
+        used = 2 * B * ((m.experts_per_token + m.shared_experts) * per_expert + router) / tp
+        if dep.ep > 1:  # experts whole on ep ranks: tokens travel by all-to-all
+            out.append(_collective(dep, "all_to_all", msg * m.experts_per_token, a, dep.ep, "dispatch"))
+        out.append(Kernel("experts_gate_up", "gemm", weight_bytes=read * 2 / 3, flops=used * 2 / 3))
+        out.append(Kernel("activation", "small"))
+        out.append(Kernel("experts_down", "gemm", weight_bytes=read / 3, flops=used / 3))
+        if dep.ep > 1:
+            out.append(_collective(dep, "all_to_all", msg * m.experts_per_token, a, dep.ep, "combine"))
+    else:
+        ffn = m._ffn_params(m.intermediate_size)
+        up = 2 / 3 if m.mlp != "gelu_2matrix" else 1 / 2
+        out.append(Kernel("gate_up_proj", "gemm", weight_bytes=ffn * up * b_w / tp, flops=2 * B * ffn * up / tp))
+        out.append(Kernel("activation", "small"))
+        out.append(Kernel("down_proj", "gemm", weight_bytes=ffn * (1 - up) * b_w / tp,
+                          flops=2 * B * ffn * (1 - up) / tp))
+    if ar:
+        out.append(ar)
+    return out
+
+
+def _collective(dep: Deployment, kind: str, message: float, a: StepAssumptions,
+                n: int | None = None, tag: str = "") -> Kernel:
+    n = dep.tp if n is None else n
+    algo = a.allreduce_algorithm if kind == "all_reduce" else "ring"
+    c = collectives.collective(kind, message, n, dep.chip, algo)
+    return Kernel(f"{kind}{'_' + tag if tag else ''}", "collective",
+                  collective_latency_s=c.latency_s, collective_bandwidth_s=c.bandwidth_s)
+
+
+def step_kernels(dep: Deployment, batch: int, context: int,
+                 a: StepAssumptions | None = None) -> list[Kernel]:
+    """Every launch of one decode step on one GPU, in execution order."""
+    a = a or step_assumptions()
+    m, tp = dep.mdl, dep.tp
+    b_a, b_w = bytes_per_element(dep.act_dtype), bytes_per_element(dep.weight_dtype)
+    B, V, d = batch, m.vocab_size, m.hidden_size
+    seq = [Kernel("embedding", "small", other_bytes=B * d * b_a)]
+    dense = _layer_kernels(dep, B, context, False, a)
+    moe = _layer_kernels(dep, B, context, True, a) if m.is_moe else dense
+    for layer in range(m.num_layers):
+        seq += moe if (m.is_moe and layer >= m.first_dense_layers) else dense
+    seq.append(Kernel("final_norm", "small"))
+    seq.append(Kernel("lm_head", "gemm", weight_bytes=V * d * b_w / tp, flops=2 * B * V * d / tp,
+                      other_bytes=B * V * LOGIT_BYTES / tp))
+    if tp > 1:
+        seq.append(_collective(dep, "all_gather", B * V * LOGIT_BYTES, a, tag="logits"))
+    seq += [Kernel("sampling", "sampling", other_bytes=B * V * LOGIT_BYTES)] * a.sampling_kernels
+    return seq
+
+
+# ---- the step ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """One decode step on one GPU of ``deployment``: buckets (seconds) that add up to ``total_s``."""
+
+    deployment: Deployment
+    batch: int
+    context: int
+    buckets: dict
+    n_kernels: int
+    n_collectives: int
+    weight_bytes_per_gpu: float
+    kv_bytes_per_gpu: float
+    kv_copies: float  # GPUs holding each KV byte (1 when split; > 1 when replicated)
+    events: tuple = ()  # (name, category, start_s, duration_s) per launch, host phase first
+
+    def __getitem__(self, name: str) -> float:
+        return self.buckets[name]
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.buckets.values())
+
+    @property
+    def floor_s(self) -> float:
+        """Bytes this GPU reads / datasheet bandwidth: the read floor."""
+        return self.buckets["weights"] + self.buckets["kv_cache"]
+
+    @property
+    def mbu_floor_s(self) -> float:
+        """The MBU = 100% step: each KV byte counted once across the group."""
+        return self.buckets["weights"] + self.buckets["kv_cache"] / self.kv_copies
+
+    @property
+    def mbu(self) -> float:
+        """Model bandwidth utilization: unique bytes at datasheet bandwidth / step time."""
+        return self.mbu_floor_s / self.total_s
+
+    @property
+    def collective_s(self) -> float:
+        return self.buckets["allreduce_latency"] + self.buckets["allreduce_bandwidth"]
+
+    allreduce_s = collective_s
+
+    @property
+    def kernel_overhead_s(self) -> float:
+        """Fixed per-kernel time plus launch gaps: the per-kernel tax."""
+        return self.buckets["kernel_fixed"] + self.buckets["launch_gaps"]
+
+    @property
+    def host_s(self) -> float:
+        return self.buckets["sampling"] + self.buckets["scheduler"]
+
+    @property
+    def sharded_s(self) -> float:
+        """The reads and their shortfall: what shrinks as tp grows."""
+        b = self.buckets
+        return b["weights"] + b["kv_cache"] + b["weight_bandwidth_shortfall"] + b["kv_bandwidth_shortfall"]
+
+    @property
+    def fixed_s(self) -> float:
+        """Everything that does not shrink with tp."""
+        return self.total_s - self.sharded_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens per second of the replica: batch / step time."""
+        return self.batch / self.total_s
+
+
+def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
+                assume: StepAssumptions | None = None, timeline: bool = False) -> DecodeStep:
+    """Model one decode step of ``batch`` sequences at ``context`` cached tokens (see module doc).
+
+    ``assume``: :func:`step_assumptions` (default central values); CUDA graphs on or off is the
+    deployment's ``cuda_graphs``. ``timeline=True`` keeps every launch in ``events``.
+    """
+    if not isinstance(dep, Deployment):
+        raise ValueError(f"dep must be a lib.perf.deployment.Deployment, got {type(dep).__name__}")
+    batch = integer("batch", batch, 1, unit="sequences")
+    context = integer("context", context, 0, unit="tokens")
+    a = assume or step_assumptions()
+    g = dep.chip
+    bw = g.memory_bandwidth
+    peak = g.peak_flops(dep.compute_dtype) * a.matmul_efficiency
+    b = dict.fromkeys(BUCKETS, 0.0)
+    b["sampling"], b["scheduler"] = a.sampling_s, a.scheduler_s
+    host_end = a.sampling_s + a.scheduler_s
+    events = [("host", "host", 0.0, host_end)] if timeline else None
+    prev_end = cpu_t = host_end
+    n_kernels = n_coll = 0
+    w_bytes = kv_bytes = 0.0
+    for i, k in enumerate(step_kernels(dep, batch, context, a)):
+        if k.category == "collective":
+            dur = k.collective_latency_s + k.collective_bandwidth_s
+            b["allreduce_latency"] += k.collective_latency_s
+            b["allreduce_bandwidth"] += k.collective_bandwidth_s
+            n_coll += 1
+        else:
+            eff = a.kv_efficiency if k.category == "attention" else a.gemv_efficiency
+            floor_w, floor_kv = k.weight_bytes / bw, k.kv_bytes / bw
+            mem = (k.weight_bytes + k.kv_bytes + k.other_bytes) / (bw * eff)
+            comp = k.flops / peak
+            dur = a.kernel_fixed_s + max(mem, comp)
+            b["weights"] += floor_w
+            b["kv_cache"] += floor_kv
+            short = mem - floor_w - floor_kv
+            if k.category == "attention":
+                b["kv_bandwidth_shortfall"] += short
+            else:
+                b["weight_bandwidth_shortfall"] += short
+            b["compute_excess"] += max(0.0, comp - mem)
+            b["kernel_fixed"] += a.kernel_fixed_s
+            w_bytes += k.weight_bytes
+            kv_bytes += k.kv_bytes
+        gap = a.launch_gap_s if i else 0.0
+        start = prev_end + gap
+        if not dep.cuda_graphs:
+            cpu_t += a.eager_launch_s
+            start = max(start, cpu_t)
+        b["launch_gaps"] += start - prev_end
+        if timeline:
+            events.append((k.name, k.category, start, dur))
+        prev_end = start + dur
+        n_kernels += 1
+    copies = kv_read_fraction(dep) * dep.tp * dep.dcp if not dep.mdl.is_mla else dep.tp / dep.dcp
+    return DecodeStep(dep, batch, context, b, n_kernels, n_coll, w_bytes, kv_bytes, max(copies, 1.0),
+                      tuple(events) if timeline else ())
