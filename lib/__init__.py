@@ -1,8 +1,16 @@
 """Shared derivations and reference implementations for the LLM-inference interview book.
 
-Import submodules explicitly (``from lib import roofline, models``); this package imports
-nothing heavy at import time (no torch, matplotlib or triton), so ``import lib`` stays fast.
-SI units throughout: bytes, seconds, FLOP, FLOP/s. Formatting lives in :mod:`lib.units`.
+Packages, by domain: :mod:`lib.registry` (GPUs, models, dtypes and the one assumptions file,
+loaded from ``data/``); :mod:`lib.perf` (the performance model: the Deployment record, roofline
+bounds, the decode step, prefill, memory capacity, collectives, energy, and their views);
+:mod:`lib.kvcache` (paged allocator, prefix caches, tiering); :mod:`lib.numerics` (number
+formats); :mod:`lib.book` (glue, self-check, widgets, figures); :mod:`lib.explorers` (the views
+behind the notebooks' widgets). Two small modules serve all of them: :mod:`lib.units` (unit
+constants and every piece of formatting) and :mod:`lib.inputs` (input validation).
+
+Import submodules explicitly (``from lib.perf import step``); this package imports nothing heavy
+at import time (no torch, matplotlib or triton), so ``import lib`` stays fast. SI units
+throughout: bytes, seconds, FLOP, FLOP/s.
 """
 
 __all__ = ["__version__"]

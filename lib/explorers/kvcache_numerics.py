@@ -9,8 +9,10 @@ import numpy as np
 
 from lib.book.svgplot import figure
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.kvcache import recompute_fetch as rf
 from lib.kvcache import tiering as kt
 from lib.numerics import fp8
+from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
 from lib.units import GB, TB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_time, sig
 
@@ -123,9 +125,12 @@ def tiering(
         ssd_read_efficiency=ssd_read_efficiency,
         pcie_h2d_bandwidth=pcie_gbps * GB,
     )
-    rows_t = kt.tier_costs(m, g, prefix_tokens, n_gpus, node, kv_dtype, "bf16", compute_dtype, mfu)
-    lengths = np.unique(np.geomspace(16, max(4 * prefix_tokens, 1 << 17), 48).astype(int))
-    rec = [kt.recompute_time_s(m, g, int(p), n_gpus, compute_dtype, mfu) for p in lengths]
+    dep = Deployment(m, g, tp=n_gpus, kv_dtype=kv_dtype, compute_dtype=compute_dtype)
+    window = m.max_position_embeddings
+    asked, prefix_tokens = prefix_tokens, min(prefix_tokens, window)  # no prefix past the context window
+    rows_t = kt.tier_costs(dep, prefix_tokens, node, mfu)
+    lengths = np.unique(np.geomspace(16, min(max(4 * prefix_tokens, 1 << 17), window), 48).astype(int))
+    rec = [rf.recompute_time_s(dep, int(p), mfu=mfu) for p in lengths]
     fig, ax = figure()
     ax.loglog(lengths, rec, "k", lw=2, label="recompute (prefill)")
     for t in rows_t[1:]:
@@ -140,6 +145,11 @@ def tiering(
     ax.set_ylabel("seconds")
     ax.legend(fontsize=7)
     rows = [
+        (
+            "prefix tokens",
+            f"{prefix_tokens:,}"
+            + (f" (clamped from {asked:,} to {m.key}'s context window)" if asked > window else ""),
+        ),
         ("KV per token", fmt_bytes(m.kv_bytes_per_token(kv_dtype), "KB")),
         ("recompute FLOPs per KV byte", sig(kt.recompute_intensity(m, prefix_tokens, kv_dtype))),
         (
@@ -220,9 +230,9 @@ def ssd_wear(
             f"n_gpus={n_gpus} must divide the {m.num_attention_heads} attention heads of {m.key}"
         )
     out = kt.workload_defaults()["output_tokens_per_prompt_token"]
-    per_replica = kt.kv_write_rate(
-        m, g, prompt_tokens, n_gpus, "bf16", "bf16", 0.6, prefill_share, out, spill_fraction
-    )
+    dep = Deployment(m, g, tp=n_gpus)
+    asked, prompt_tokens = prompt_tokens, min(prompt_tokens, m.max_position_embeddings)
+    per_replica = kt.kv_write_rate(dep, prompt_tokens, None, prefill_share, out, spill_fraction)
     rate = per_replica * node.gpus_per_node / n_gpus
     wear = kt.ssd_wear(rate, node)
     spills = np.linspace(0.05, 1.0, 40)
@@ -237,12 +247,21 @@ def ssd_wear(
     ax.set_ylabel("days to rated endurance")
     ax.legend(fontsize=7)
     rows = [
+        (
+            "prompt tokens",
+            f"{prompt_tokens:,}"
+            + (f" (clamped from {asked:,} to {m.key}'s context window)" if asked > prompt_tokens else ""),
+        ),
         ("KV written, whole node", fmt_bandwidth(rate)),
         ("drives absorb at most", fmt_bandwidth(node.ssd_drives * node.ssd_write_bandwidth)),
         ("drive writes per day", sig(wear.drive_writes_per_day)),
         ("rated endurance, all drives", fmt_bytes(wear.endurance_bytes, "TB")),
         ("days to rated endurance", sig(wear.lifetime_days)),
-        ("days at the drives' full write rate", sig(wear.line_rate_lifetime_s / 86400)),
+        (
+            "days at the drives' full write rate",
+            f"{sig(wear.line_rate_lifetime_s / 86400)} (at the {sig(kt.fact_range('ssd', 'capacity_tb')[1])} TB"
+            " model's write speed, the only one on file: a lower bound for smaller drives)",
+        ),
         ("drives saturated", "yes: the tier must drop writes" if wear.saturated else "no"),
     ]
     return View(

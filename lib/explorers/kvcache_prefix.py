@@ -11,6 +11,7 @@ import numpy as np
 
 from lib.book.svgplot import Rectangle, figure
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.kvcache import block_hash as bh
 from lib.kvcache import (
     chain_hashes,
     cyclic_prefix_workload,
@@ -18,7 +19,10 @@ from lib.kvcache import (
     shared_prefix_workload,
     simulate,
 )
-from lib.kvcache import prefix as kp
+from lib.kvcache import prefix_hits as ph
+from lib.kvcache import radix_scenarios as rs
+from lib.kvcache import recompute_fetch as rf
+from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
 from lib.units import GB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_time, sig
 
@@ -42,14 +46,14 @@ def _bw(x: float) -> str:
 
 @explorer(
     "kvcache.radix_steps",
-    scenario=Choice(kp.RADIX_SCENARIOS),
+    scenario=Choice(rs.RADIX_SCENARIOS),
     step=IntRange(0, 12, label="step"),
     num_slots=IntRange(4, 64, label="KV slots in the pool"),
 )
 def radix_steps(scenario: str, step: int, num_slots: int) -> View:
     """I090: replay a scripted scenario on a RadixCache and show the tree after ``step`` ops."""
-    description, ops = kp.radix_scenario(scenario)
-    steps = kp.replay_radix(ops, num_slots, upto=step)
+    description, ops = rs.radix_scenario(scenario)
+    steps = rs.replay_radix(ops, num_slots, upto=step)
     last = steps[-1]
     rows = [
         ("scenario", description),
@@ -94,7 +98,7 @@ _SCALE = 32  # trace tokens per simulated symbol in the explorer (hit rates are 
 
 @explorer(
     "kvcache.prefix_hit_rates",
-    workload=Choice(kp.WORKLOADS),
+    workload=Choice(ph.WORKLOADS),
     model=Choice(MODELS),
     gpu=Choice(GPUS),
     tp=Choice(TPS, label="tensor parallel"),
@@ -116,8 +120,8 @@ def prefix_hit_rates(
     sys_units = -(-system_prompt_tokens // _SCALE)
     turn_units = 256 // _SCALE
     rates, chosen = {}, None
-    for kind in kp.WORKLOADS:
-        trace = kp.workload_trace(
+    for kind in ph.WORKLOADS:
+        trace = ph.workload_trace(
             kind,
             num_requests=48,
             system_prompt_tokens=sys_units,
@@ -126,15 +130,15 @@ def prefix_hit_rates(
             vocab_size=1_000_000,
             seed=0,
         )
-        unbounded = kp.simulate_radix_hits(trace, token_scale=_SCALE)
+        unbounded = ph.simulate_radix_hits(trace, token_scale=_SCALE)
         slots = max(
             max(len(r) for r in trace), int(capacity_pct * unbounded.unique_tokens / _SCALE)
         )
-        bounded = kp.simulate_radix_hits(trace, slots, token_scale=_SCALE)
+        bounded = ph.simulate_radix_hits(trace, slots, token_scale=_SCALE)
         rates[kind] = bounded.hit_rate
         if kind == workload:
             chosen, chosen_unbounded = bounded, unbounded
-    sav = kp.prefill_savings(m, chosen.prompt_tokens, chosen.hit_tokens)
+    sav = ph.prefill_savings(m, chosen.prompt_tokens, chosen.hit_tokens)
     rate = tp * g.peak_flops("bf16") * mfu
     kv = m.kv_bytes_per_token("bf16")
     rows = [
@@ -197,9 +201,9 @@ def chained_hash_collisions(
 ) -> View:
     """I092: a chained-hash block cache with a (possibly weak) hash, verified or not."""
     work = shared_prefix_workload([8, 4, 6], num_requests, 16, suffix_blocks=2, seed=seed)
-    hash_fn = kp.truncated_hash(hash_bits)
+    hash_fn = bh.truncated_hash(hash_bits)
     runs = {
-        v: kp.run_block_cache(
+        v: bh.run_block_cache(
             work.requests,
             num_blocks=num_blocks,
             block_size=16,
@@ -217,7 +221,7 @@ def chained_hash_collisions(
         ("distinct blocks named by the trace", f"{distinct}"),
         (
             "birthday P(some collision)",
-            fmt_pct(kp.birthday_collision_probability(distinct, hash_bits)),
+            fmt_pct(bh.birthday_collision_probability(distinct, hash_bits)),
         ),
         ("hit rate", fmt_pct(run.hit_rate)),
         ("requests handed wrong KV", f"{run.wrong_kv_requests} of {num_requests}"),
@@ -273,7 +277,7 @@ def eviction_stranding(
 ) -> View:
     """I014: cyclic prefixes through a block cache, head-first vs tail-first, against the closed form."""
     m = models.model(model)
-    block_bytes = int(kp.kv_block_bytes(m, block_size, kv_dtype))
+    block_bytes = int(bh.kv_block_bytes(m, block_size, kv_dtype))
     work = cyclic_prefix_workload(num_prefixes, prefix_blocks, 2 * num_prefixes + 2, block_size)
     rows, values = [("KV bytes per block", fmt_bytes(block_bytes, "MB"))], {}
     fig, ax = _figure()
@@ -334,20 +338,21 @@ def recompute_vs_fetch(
 ) -> View:
     """I013: recompute a prefix or fetch its KV from each storage tier; break-even bandwidth."""
     m, g = models.model(model), hardware.gpu(gpu)
-    tiers = kp.available_tiers(g)
-    kw = dict(suffix_len=suffix_tokens, tp=tp, mfu=mfu, kv_dtype=kv_dtype)
-    rec = kp.recompute_time_s(m, g, prefix_tokens, **kw)
+    dep = Deployment(m, g, tp=tp, kv_dtype=kv_dtype)
+    tiers = rf.available_tiers(g)
+    kw = dict(suffix_len=suffix_tokens, mfu=mfu)
+    rec = rf.recompute_time_s(dep, prefix_tokens, **kw)
     rows = [
-        ("recompute FLOPs per KV byte", sig(kp.flops_per_kv_byte(m, prefix_tokens, kv_dtype))),
-        ("recompute time", fmt_time(rec) if rec > 0 else "0 (rides in a memory-bound pass)"),
+        ("recompute FLOPs per KV byte", sig(rf.flops_per_kv_byte(m, prefix_tokens, kv_dtype))),
+        ("recompute time (prefill_time)", fmt_time(rec) if rec > 0 else "0 (rides in a memory-bound pass)"),
         (
             "break-even bandwidth, no latency",
-            _bw(kp.breakeven_bandwidth(m, g, prefix_tokens, **kw)),
+            _bw(rf.breakeven_bandwidth(dep, prefix_tokens, **kw)),
         ),
     ]
     values = {"recompute_s": rec}
     for t in tiers:
-        r = kp.compare_recompute_fetch(m, g, prefix_tokens, t, **kw)
+        r = rf.compare_recompute_fetch(dep, prefix_tokens, t, **kw)
         verdict = (
             f"fetch wins {sig(r.speedup, 2)}x"
             if r.winner == "fetch"
@@ -359,12 +364,12 @@ def recompute_vs_fetch(
         values[f"fetch_{t.key}"] = r.fetch_s
     fig, ax = _figure()
     grid = np.unique(np.geomspace(16, 131072, 28).astype(int))
-    rec_ms = [kp.recompute_time_s(m, g, int(p), **kw) * 1e3 for p in grid]
+    rec_ms = [rf.recompute_time_s(dep, int(p), **kw) * 1e3 for p in grid]
     ax.plot(grid, [t if t > 0 else np.nan for t in rec_ms], color="black", lw=2, label="recompute")
     for t in tiers:
         ax.plot(
             grid,
-            [kp.fetch_time_s(m, int(p), t, tp=tp, kv_dtype=kv_dtype) * 1e3 for p in grid],
+            [rf.fetch_time_s(m, int(p), t, tp=tp, kv_dtype=kv_dtype) * 1e3 for p in grid],
             lw=1,
             label=t.key,
         )

@@ -7,9 +7,11 @@ import numpy as np
 from lib.book.svgplot import figure
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import roofline as rf
+from lib.perf.deployment import Deployment
+from lib.perf.step import decode_step, step_assumptions
 from lib.registry import hardware, models
 from lib.registry.dtypes import BYTES_PER_ELEMENT
-from lib.units import MS, US, fmt_bytes, fmt_pct, fmt_time, sig
+from lib.units import MS, fmt_bytes, fmt_pct, fmt_time, sig
 
 WEIGHT_DTYPES = ("bf16", "fp8", "int4")
 COMPUTE_DTYPES = ("bf16", "fp8")
@@ -25,36 +27,38 @@ COMPUTE_DTYPES = ("bf16", "fp8")
     batch=IntRange(1, 1024, log=True),
     context=IntRange(0, 131072, label="context tokens"),
     bandwidth_efficiency=FloatRange(0.3, 1.0, 0.05, label="achieved HBM fraction"),
-    allreduce_latency_us=FloatRange(0.0, 100.0, 1.0, label="all-reduce latency (µs)"),
-    kernels_per_layer=IntRange(0, 40, label="kernels per layer"),
-    launch_overhead_us=FloatRange(0.0, 20.0, 0.5, label="launch overhead (µs)"),
+    cuda_graphs=Choice((True, False), label="CUDA graphs"),
+    allreduce_algorithm=Choice(("ring", "tree", "one_shot"), label="all-reduce"),
 )
 def decode_floor(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, batch: int,
-                 context: int, bandwidth_efficiency: float, allreduce_latency_us: float,
-                 kernels_per_layer: int, launch_overhead_us: float) -> View:
-    """I001: the weight-read floor of one decode step and what stacks on top of it."""
-    m, g = models.model(model), hardware.gpu(gpu)
-    fits, per_gpu = rf.fits_in_memory(m, g, tp, weight_dtype, batch * context * m.kv_bytes_per_token(kv_dtype))
-    if not fits:
-        raise ValueError(f"{m.key} in {weight_dtype} with this KV cache needs {fmt_bytes(per_gpu)} per GPU; "
-                         f"{g.key} has {fmt_bytes(g.memory_bytes)}: raise tp, shrink batch/context or quantize")
-    parts = rf.decode_step_breakdown(m, g, tp, batch, context, weight_dtype, kv_dtype, bandwidth_efficiency,
-                                     allreduce_latency_us * US, kernels_per_layer, launch_overhead_us * US)
-    total = sum(parts.values())
+                 context: int, bandwidth_efficiency: float, cuda_graphs: bool,
+                 allreduce_algorithm: str) -> View:
+    """I001: the weight-read floor of one decode step and what stacks on top of it
+    (lib.perf.step.decode_step: the one step model; collectives from lib.perf.collectives)."""
+    dep = Deployment(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, cuda_graphs=cuda_graphs)
+    if context > 0 and batch > dep.budget.max_sequences(context):
+        raise ValueError(f"{model} on {tp}x {gpu} holds {sig(dep.budget.max_concurrency(context))} sequences of "
+                         f"{context} tokens in its KV cache; batch {batch} does not fit: raise tp, shrink "
+                         f"batch/context or quantize")
+    assume = step_assumptions(gemv_efficiency=bandwidth_efficiency, kv_efficiency=bandwidth_efficiency,
+                              allreduce_algorithm=allreduce_algorithm)
+    step = decode_step(dep, batch, context, assume)
+    parts = {k: v for k, v in step.buckets.items() if v > 0}
+    total = step.total_s
     fig, ax = figure(6.0, 2.6)
     left = 0.0
     for label, seconds in parts.items():
-        ax.barh([0], [seconds / MS], left=left, label=label)
+        ax.barh([0], [seconds / MS], left=left, label=label.replace("_", " "))
         left += seconds / MS
     ax.set_yticks([])
     ax.set_xlabel("ms per decode step")
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.35))
     fig.subplots_adjust(bottom=0.45)
     rows = [(k.replace("_", " "), fmt_time(v)) for k, v in parts.items()]
-    rows += [("step total", fmt_time(total)), ("floor / total", fmt_pct(parts["weights"] / total)),
+    rows += [("step total", fmt_time(total)), ("floor / total", fmt_pct(step.floor_s / total)),
              ("tokens/s per sequence", sig(1 / total))]
-    return View(f"{m.key} on {tp}x {g.key}, batch {batch}, context {context}", rows, fig,
-                values={**parts, "total": total})
+    return View(f"{dep.label}, batch {batch}, context {context}", rows, fig,
+                values={**step.buckets, "floor": step.floor_s, "total": total})
 
 
 @explorer(

@@ -11,6 +11,7 @@ from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import datasheet as ds
 from lib.perf import energy, moe, moe_cost
 from lib.perf import throughput as tput
+from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
 from lib.units import fmt_bytes, fmt_pct, fmt_time, sig
 
@@ -19,8 +20,11 @@ GPUS = tuple(hardware.gpu_names())
 MODELS = tuple(models.model_names())
 
 
-def _compute_dtype(weight_dtype: str) -> str:
-    """Matmul dtype used with a weight dtype: FP8 weights run FP8 matmuls, others BF16."""
+def _compute_dtype(weight_dtype: str, chip=None) -> str:
+    """Matmul dtype used with a weight dtype: FP8 weights run FP8 matmuls (where the chip has an
+    FP8 peak), others BF16."""
+    if chip is not None:
+        return ds.matmul_dtype(weight_dtype, chip)
     return "fp8" if weight_dtype == "fp8" else "bf16"
 
 
@@ -134,69 +138,55 @@ def moe_experts(
 def throughput_knee(
     model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, context: int, batch: int
 ) -> View:
-    """I104: step time line, throughput hyperbola, knee, and the KV-capacity ceiling."""
+    """I104: the modelled step's throughput against batch, its knee and ceiling, and the KV ceiling."""
     m, g = models.model(model), hardware.gpu(gpu)
-    cdt = _compute_dtype(weight_dtype)
-    line = tput.decode_step_line(m, g, context, tp, weight_dtype, kv_dtype, cdt)
-    b_max = tput.kv_batch_ceiling(m, g, context, tp, weight_dtype, kv_dtype)
-    b_c = tput.compute_bound_batch(line, m, g, context, tp, cdt)
-    tc = tput.tensor_core_ceiling_tokens_per_s(m, g, context, tp, cdt)
-    hi = max(4 * line.knee_batch, 2 * b_max, 2 * batch, 8)
-    bs = np.geomspace(1, hi, 80)
+    dep = Deployment(m, g, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                     compute_dtype=_compute_dtype(weight_dtype, g))
+    ceiling = tput.throughput_ceiling(dep, context)
+    knee = tput.knee_batch(dep, context)
+    b_max = tput.kv_batch_ceiling(dep, context)
+    b_c = tput.compute_bound_batch(dep, context)
+    tc = tput.tensor_core_ceiling_tokens_per_s(dep, context)
+    hi = max(4 * knee, 2 * b_max, 2 * batch, 8)
+    bs = np.unique(np.geomspace(1, hi, 28).astype(int))
+    xs = [tput.tokens_per_s(dep, int(b), context) for b in bs]
     fig, (ax,) = subplots(6.0, 3.0)
-    ax.semilogx(bs, line.throughput(bs), label="X(B) = B / (t0 + B c)")
-    ax.axhline(
-        line.ceiling_tokens_per_s,
-        color="grey",
-        ls="--",
-        lw=1,
-        label="ceiling 1/c (per-sequence KV, row, compute)",
-    )
-    if tc < 3 * line.ceiling_tokens_per_s:
-        ax.axhline(tc, color="purple", ls=":", lw=1, label="tensor-core ceiling")
-    ax.axvline(line.knee_batch, color="green", lw=1, label=f"knee B* = {sig(line.knee_batch)}")
+    ax.semilogx(bs, xs, label="X(B) = B / t(B), modelled step")
+    ax.axhline(ceiling, color="grey", ls="--", lw=1, label="ceiling (large-batch slope)")
+    if tc < 3 * ceiling:
+        ax.axhline(tc, color="purple", ls=":", lw=1, label="tensor-core bound")
+    ax.axvline(knee, color="green", lw=1, label=f"knee (half the ceiling) = {sig(knee)}")
     if b_max >= 1:
-        ax.axvline(b_max, color="red", lw=1, label=f"KV capacity B_max = {b_max}")
+        ax.axvline(b_max, color="red", lw=1, label=f"KV capacity = {sig(b_max)}")
     ax.set_xlabel("batch (sequences)")
     ax.set_ylabel("tokens/s (replica)")
     ax.minorticks_off()
     ax.legend(fontsize=7, loc="lower right")
     fig.subplots_adjust(left=0.13, right=0.97, bottom=0.16, top=0.96)
+    here = tput.step_s(dep, batch, context)
     rows = [
-        ("t0 (weights per step)", fmt_time(line.fixed_s)),
-        (
-            "c (per sequence: KV + embedding row + compute)",
-            f"{fmt_time(line.kv_s)} + {fmt_time(line.row_s)} + {fmt_time(line.compute_s)} "
-            f"= {fmt_time(line.per_sequence_s)}",
-        ),
-        ("ceiling 1/c", _tokens(line.ceiling_tokens_per_s)),
-        ("tensor-core ceiling", _tokens(tc)),
-        ("knee B* = t0/c (half the ceiling)", sig(line.knee_batch)),
-        ("batch for 90% of ceiling", sig(line.batch_for_fraction(0.9))),
-        ("KV capacity ceiling B_max", str(b_max)),
-        (
-            "compute-bound from batch",
-            "never (KV read > compute per sequence)" if math.isinf(b_c) else sig(b_c),
-        ),
-        (f"throughput at batch {batch}", _tokens(line.throughput(batch))),
-        (f"step time at batch {batch}", fmt_time(line.step_s(batch))),
+        ("step at batch 1", fmt_time(tput.step_s(dep, 1, context))),
+        ("each extra sequence at large batch", fmt_time(1 / ceiling)),
+        ("ceiling", _tokens(ceiling)),
+        ("tensor-core bound", _tokens(tc)),
+        ("knee (half the ceiling)", sig(knee)),
+        ("KV capacity (sequences)", sig(b_max)),
+        ("a kernel turns compute-bound from batch",
+         "never" if math.isinf(b_c) else sig(b_c)),
+        (f"throughput at batch {batch}", _tokens(batch / here)),
+        (f"step time at batch {batch}", fmt_time(here)),
     ]
     note = (
         ""
         if batch <= b_max
-        else f"batch {batch} does not fit: the KV cache holds {b_max} sequences"
+        else f"batch {batch} does not fit: the KV cache holds {sig(b_max)} sequences"
     )
     return View(
         f"{m.key} on {tp}x {g.key}, {context} tokens of context",
         rows,
         fig,
         note,
-        values={
-            "knee": line.knee_batch,
-            "c": line.per_sequence_s,
-            "ceiling": line.ceiling_tokens_per_s,
-            "b_max": float(b_max),
-        },
+        values={"knee": knee, "ceiling": ceiling, "b_max": float(b_max)},
     )
 
 
@@ -222,20 +212,21 @@ def joules_per_token(
     batch: int,
     floor_fraction: float,
 ) -> View:
-    """I105: J/token = power / throughput, batch 1 against a large batch."""
+    """I105: J/token = power / throughput, batch 1 against a large batch (the modelled step)."""
     m, g = models.model(model), hardware.gpu(gpu)
-    cdt = _compute_dtype(weight_dtype)
-    line = tput.decode_step_line(m, g, context, tp, weight_dtype, "bf16", cdt)
-    b_max = tput.kv_batch_ceiling(m, g, context, tp, weight_dtype, "bf16")
+    dep = Deployment(m, g, tp=tp, weight_dtype=weight_dtype, compute_dtype=_compute_dtype(weight_dtype, g))
+    b_max = tput.kv_batch_ceiling(dep, context)
     if b_max < 1:
         raise ValueError(
-            f"no sequence of {context} tokens fits beside the weights on {tp}x {g.key}"
+            f"no sequence of {context} tokens fits beside the weights on {tp}x {g.key} "
+            f"(the KV cache holds {sig(b_max)})"
         )
-    big = min(batch, b_max)
-    bs = np.unique(np.geomspace(1, max(b_max, 2), 50).astype(int))
-    curve = energy.decode_energy(line, g, tp, bs, floor_fraction)
-    at_tdp = energy.joules_per_token(tp * g.tdp_w, line.throughput(bs))
-    at_floor = energy.joules_per_token(tp * g.tdp_w * floor_fraction, line.throughput(bs))
+    big = min(batch, int(b_max))
+    bs = np.unique(np.geomspace(1, max(int(b_max), 2), 24).astype(int))
+    curve = energy.decode_energy(dep, context, bs, floor_fraction)
+    x = curve["tokens_per_s"]
+    at_tdp = energy.joules_per_token(tp * g.tdp_w, x)
+    at_floor = energy.joules_per_token(tp * g.tdp_w * floor_fraction, x)
     fig, (ax,) = subplots(6.0, 3.0)
     ax.loglog(bs, curve["j_per_token"], label="power model")
     ax.loglog(bs, at_tdp, ":", color="grey", label="power pinned at TDP")
@@ -246,8 +237,8 @@ def joules_per_token(
     ax.minorticks_off()
     ax.legend(fontsize=7)
     fig.subplots_adjust(left=0.13, right=0.97, bottom=0.16, top=0.96)
-    one = energy.decode_energy(line, g, tp, 1, floor_fraction)
-    many = energy.decode_energy(line, g, tp, big, floor_fraction)
+    one = energy.decode_energy(dep, context, 1, floor_fraction)
+    many = energy.decode_energy(dep, context, big, floor_fraction)
     rows = [
         ("batch 1: tokens/s, power", f"{_tokens(one['tokens_per_s'])}, {sig(one['power_w'])} W"),
         (
@@ -260,7 +251,7 @@ def joules_per_token(
         ("power swing", f"{sig(many['power_w'] / one['power_w'])}x"),
         ("J/token swing", f"{sig(one['j_per_token'] / many['j_per_token'])}x"),
     ]
-    note = f"batch capped at the KV ceiling ({b_max})" if batch > b_max else ""
+    note = f"batch capped at the KV ceiling ({sig(b_max)})" if batch > b_max else ""
     return View(
         f"{m.key} on {tp}x {g.key} ({weight_dtype}), {context} tokens of context",
         rows,
@@ -350,9 +341,15 @@ def generation_regimes(
     model: str, weight_dtype: str, n_gpus: int, context: int, prompt_len: int
 ) -> View:
     """I101: A100 -> H100 -> H200 -> B200, one speedup per regime (per GPU, vs the A100)."""
-    rows_by_gpu = [
-        ds.regime_row(model, g, n_gpus, context, prompt_len, weight_dtype) for g in ds.GENERATIONS
-    ]
+    rows_by_gpu, left_out = [], []
+    for g in ds.GENERATIONS:
+        try:
+            rows_by_gpu.append(ds.regime_row(model, g, n_gpus, context, prompt_len, weight_dtype))
+        except ValueError:
+            left_out.append(g)  # the weights leave no room for a KV cache at this GPU count
+    if not rows_by_gpu:
+        raise ValueError(f"{model} ({weight_dtype}) leaves no room for a KV cache on {n_gpus} GPUs of "
+                         "any generation: add GPUs or pick a smaller dtype")
     base = rows_by_gpu[0]
     regimes = ("compute", "bandwidth", "capacity")
     speed = {r.gpu: ds.regime_speedups(base, r) for r in rows_by_gpu}
@@ -381,13 +378,14 @@ def generation_regimes(
             (
                 r.gpu,
                 f"compute {sig(s['compute'])}x, bandwidth {sig(s['bandwidth'])}x, capacity {cap} "
-                f"(B_max {r.capacity_batch})",
+                f"(KV holds {sig(r.capacity_batch)} sequences)",
             )
         )
     return View(
         f"{model} ({weight_dtype}) on {n_gpus} GPUs, {context} tokens of context",
         rows,
         fig,
+        f"left out (weights leave no KV room): {', '.join(left_out)}" if left_out else "",
         values={f"{r.gpu}_{k}": v for r in rows_by_gpu for k, v in speed[r.gpu].items()},
     )
 
@@ -403,7 +401,7 @@ def generation_regimes(
     context=IntRange(0, 131072, label="context tokens"),
     weight_dtype=Choice(("bf16", "fp8", "int4"), label="weights"),
     kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
-    tokens_per_weight_read=FloatRange(1.0, 8.0, 0.1, label="tokens per weight read (speculation)"),
+    tokens_per_pass=FloatRange(1.0, 8.0, 0.1, label="tokens accepted per pass (speculation)"),
 )
 def bytes_per_flop(
     model: str,
@@ -412,22 +410,24 @@ def bytes_per_flop(
     context: int,
     weight_dtype: str,
     kv_dtype: str,
-    tokens_per_weight_read: float,
+    tokens_per_pass: float,
 ) -> View:
     """N003: bytes per FLOP the decode step asks for against what each chip supplies."""
     g = hardware.gpu(gpu)
     demand = ds.decode_bytes_per_flop(
-        model, batch, context, weight_dtype, kv_dtype, tokens_per_weight_read
+        model, batch, context, weight_dtype, kv_dtype, tokens_per_pass
     )
-    supply = ds.bytes_per_flop(g, "bf16")
+    cdt = ds.matmul_dtype(weight_dtype, g)
+    supply = ds.bytes_per_flop(g, cdt)
     bs = np.unique(np.geomspace(1, 4096, 50).astype(int))
     curve = ds.decode_bytes_per_flop(
-        model, bs, context, weight_dtype, kv_dtype, tokens_per_weight_read
+        model, bs, context, weight_dtype, kv_dtype, tokens_per_pass
     )
     fig, (ax,) = subplots(6.0, 3.0)
     ax.loglog(bs, curve, label="decode step asks for")
     for key in ds.GENERATIONS:
-        ax.axhline(ds.bytes_per_flop(key, "bf16"), lw=0.8, ls="--", label=f"{key} supplies")
+        ax.axhline(ds.bytes_per_flop(key, ds.matmul_dtype(weight_dtype, key)), lw=0.8, ls="--",
+                   label=f"{key} supplies ({ds.matmul_dtype(weight_dtype, key)})")
     ax.axvline(batch, color="red", lw=1)
     ax.set_xlabel("batch (sequences)")
     ax.set_ylabel("HBM bytes per FLOP")
@@ -436,7 +436,7 @@ def bytes_per_flop(
     fig.subplots_adjust(left=0.13, right=0.97, bottom=0.16, top=0.96)
     rows = [
         ("workload bytes/FLOP", sig(demand, 3)),
-        (f"{g.key} bytes/FLOP (BF16 dense)", sig(supply, 3)),
+        (f"{g.key} bytes/FLOP ({cdt.upper()} dense, the matmuls' dtype)", sig(supply, 3)),
         (
             "demand / supply",
             f"{sig(demand / supply)}x ({'memory' if demand > supply else 'compute'}-bound)",

@@ -9,7 +9,8 @@ from lib.book.svgplot import figure
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import decode_kernels as dk
 from lib.perf import gaps
-from lib.perf import roofline as rf
+from lib.perf import step as st
+from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
 from lib.units import US, fmt_bytes, fmt_pct, fmt_time, sig
 
@@ -23,12 +24,17 @@ def _compute_dtype(chip, weight_dtype: str) -> str:
     return "fp8" if weight_dtype == "fp8" and "fp8" in chip.dtypes else "bf16"
 
 
-def _check_fits(m, g, tp: int, weight_dtype: str, kv_bytes_total: float) -> None:
-    fits, per_gpu = rf.fits_in_memory(m, g, tp, weight_dtype, kv_bytes_total)
-    if not fits:
+def _concurrency(dep: Deployment, context: int) -> float:
+    """Sequences of ``context`` tokens the engine's KV pool holds (Deployment.budget, fractional)."""
+    return dep.budget.max_concurrency(max(context, 1))
+
+
+def _check_fits(dep: Deployment, batch: int, context: int) -> None:
+    room = _concurrency(dep, context)
+    if batch > room:
         raise ValueError(
-            f"{m.key} in {weight_dtype} with this KV cache needs {fmt_bytes(per_gpu)} per GPU; "
-            f"{g.key} has {fmt_bytes(g.memory_bytes)}: raise tp, shrink batch/context or quantize"
+            f"{dep.label}: the KV pool holds {sig(room)} sequences of {context:,} tokens, not "
+            f"{batch}: raise tp, shrink batch/context or quantize"
         )
 
 
@@ -80,11 +86,14 @@ def kernel_ranking(
     ax.legend(fontsize=7, ncol=2)
     fig.subplots_adjust(bottom=0.16)
     by = {r.name: r for r in table}
-    gemm_t = sum(by[n].time_s for n in GEMMS)
-    elem_t = sum(r.time_s for r in table if r.category in ("elementwise", "sampling"))
-    fits, _ = rf.fits_in_memory(
-        m, g, tp, weight_dtype, batch * context * m.kv_bytes_per_token(kv_dtype)
-    )
+    gemm_t = sum(by[n].roofline_s for n in GEMMS)
+    elem_t = sum(r.roofline_s for r in table if r.category in ("elementwise", "sampling"))
+    try:
+        room = _concurrency(Deployment(m, g, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                                       compute_dtype=cdt), context)
+    except ValueError:  # the weights alone leave no KV pool
+        room = 0.0
+    fits = batch <= room
     rows = [
         ("attention intensity (any batch)", f"{sig(att)} FLOP/B"),
         (
@@ -94,9 +103,9 @@ def kernel_ranking(
         ),
         ("ranking flips at batch", f"{sig(min(cross.values()))}-{sig(max(cross.values()))}"),
         ("weight GEMMs (roofline)", fmt_time(gemm_t)),
-        ("attention (roofline)", fmt_time(by["attention"].time_s)),
+        ("attention (roofline)", fmt_time(by["attention"].roofline_s)),
         ("elementwise + sampling (roofline)", fmt_time(elem_t)),
-        ("fits in memory", "yes" if fits else "no (roofline only)"),
+        ("KV pool holds (sequences)", f"{sig(room)}: {'fits' if fits else 'does not fit (roofline only)'}"),
     ]
     return View(
         f"{m.key} on {tp}x {g.key}, batch {batch}, context {context}",
@@ -107,10 +116,13 @@ def kernel_ranking(
             "crossover_min": min(cross.values()),
             "crossover_max": max(cross.values()),
             "gemm_s": gemm_t,
-            "attention_s": by["attention"].time_s,
+            "attention_s": by["attention"].roofline_s,
             "elementwise_s": elem_t,
         },
     )
+
+
+ALLREDUCE = ("ring", "tree", "one_shot")
 
 
 @explorer(
@@ -120,10 +132,9 @@ def kernel_ranking(
     tp=IntRange(1, 16, log=True, label="tensor parallel"),
     context=IntRange(1, 131072, label="context tokens"),
     cuda_graphs=Choice((True, False), label="CUDA graphs"),
-    fusion=Choice(dk.FUSION_LEVELS, label="elementwise fusion"),
-    hbm_efficiency=FloatRange(0.3, 1.0, 0.01, label="achieved HBM fraction"),
-    allreduce_us=FloatRange(0.0, 100.0, 0.5, label="all-reduce latency (µs)"),
-    host_step_us=FloatRange(0.0, 5000.0, 10.0, label="host time per step (µs)"),
+    allreduce=Choice(ALLREDUCE, label="all-reduce algorithm"),
+    gemv_efficiency=FloatRange(0.3, 1.0, 0.01, label="achieved HBM fraction (GEMVs)"),
+    scheduler_us=FloatRange(0.0, 5000.0, 10.0, label="scheduler time per step (µs)"),
 )
 def batch1_gap(
     model: str,
@@ -131,26 +142,17 @@ def batch1_gap(
     tp: int,
     context: int,
     cuda_graphs: bool,
-    fusion: str,
-    hbm_efficiency: float,
-    allreduce_us: float,
-    host_step_us: float,
+    allreduce: str,
+    gemv_efficiency: float,
+    scheduler_us: float,
 ) -> View:
-    """I007: one batch-1 decode step as a trace, sorted into suspects."""
-    m, g = models.model(model), hardware.gpu(gpu)
-    _check_fits(m, g, tp, "bf16", context * m.kv_bytes_per_token("bf16"))
-    ov = gaps.default_overheads(
-        fusion=fusion,
-        hbm_efficiency=hbm_efficiency,
-        allreduce_latency_s=allreduce_us * US,
-        host_step_s=host_step_us * US,
-        cpu_launch_s=None
-        if cuda_graphs
-        else gaps.assumption("overhead_us", "eager_cpu_per_launch") * US,
-    )
-    trace = gaps.decode_trace(m, g, tp, 1, context, overheads=ov)
-    b = gaps.attribute_trace(trace)
-    floor = rf.decode_step(m, g, tp, 1, 0).memory_s
+    """I007: one batch-1 decode step (lib.perf.step) as a trace, sorted into suspects."""
+    dep = Deployment(model, gpu, tp=tp, cuda_graphs=cuda_graphs)
+    _check_fits(dep, 1, context)
+    a = st.step_assumptions(gemv_efficiency=gemv_efficiency, scheduler_s=scheduler_us * US,
+                            allreduce_algorithm=allreduce)
+    trace, b = gaps.suspects(dep, 1, context, a)
+    floor = gaps.roofline_plan(dep, 1, 0)["memory_s"]
     fig, ax = figure(6.4, 2.4)
     left = 0.0
     for key in ("floor",) + gaps.BUCKETS:
@@ -163,21 +165,21 @@ def batch1_gap(
         left += b[key] * 1e3
     ax.axvline(floor * 1e3, color="black", lw=1)
     ax.set_yticks([])
-    ax.set_xlabel("ms per decode step (black line: params x bytes / tp / W)")
+    ax.set_xlabel("ms per decode step (black line: weights read / tp / W)")
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.45))
     fig.subplots_adjust(bottom=0.5)
     rows = [
-        ("roofline floor (params x bytes / tp / W)", fmt_time(floor)),
-        ("matmul-weight floor (what the step reads)", fmt_time(b["floor"])),
+        ("roofline floor (weights read / tp / W)", fmt_time(floor)),
+        ("matmul-weight floor (what the GEMVs read)", fmt_time(b["floor"])),
     ]
     for key in sorted(gaps.BUCKETS, key=lambda k: -b[k]):
         rows.append((gaps.BUCKET_LABEL[key], fmt_time(b[key])))
     rows += [
-        ("modelled step", fmt_time(trace.step_s)),
+        ("modelled step (lib.perf.step)", fmt_time(trace.step_s)),
         ("step / floor", f"{sig(trace.step_s / floor)}x"),
     ]
     return View(
-        f"{m.key} on {tp}x {g.key}, batch 1, context {context}",
+        f"{dep.label}, batch 1, context {context}",
         rows,
         fig,
         values={**b, "step": trace.step_s, "floor_params": floor},
@@ -192,7 +194,7 @@ def batch1_gap(
     batch=IntRange(1, 512, label="decode batch"),
     prompt_len=IntRange(1, 65536, label="prompt tokens"),
     output_len=IntRange(1, 8192, label="output tokens"),
-    allreduce_us=FloatRange(0.0, 100.0, 0.5, label="all-reduce latency (µs)"),
+    allreduce=Choice(ALLREDUCE, label="all-reduce algorithm"),
     clock_fraction=FloatRange(0.5, 1.0, 0.01, label="sustained clock fraction"),
 )
 def where_it_breaks(
@@ -202,25 +204,15 @@ def where_it_breaks(
     batch: int,
     prompt_len: int,
     output_len: int,
-    allreduce_us: float,
+    allreduce: str,
     clock_fraction: float,
 ) -> View:
     """I009: the twenty-line plan and what each break adds to its decode step."""
-    m, g = models.model(model), hardware.gpu(gpu)
+    dep = Deployment(model, gpu, tp=tp)
     context = prompt_len + output_len // 2
-    _check_fits(m, g, tp, "bf16", batch * context * m.kv_bytes_per_token("bf16"))
-    ov = gaps.default_overheads(allreduce_latency_s=allreduce_us * US)
-    rows_w = gaps.plan_waterfall(
-        m,
-        g,
-        tp,
-        batch,
-        context,
-        prompt_len,
-        output_len,
-        overheads=ov,
-        clock_fraction=clock_fraction,
-    )
+    _check_fits(dep, batch, context)
+    a = st.step_assumptions(allreduce_algorithm=allreduce)
+    rows_w = gaps.plan_waterfall(dep, batch, context, prompt_len, output_len, a, clock_fraction)
     plan = rows_w[0][1]
     total = sum(v for _, v in rows_w)
     fig, ax = figure(6.4, 3.2)
@@ -238,6 +230,7 @@ def where_it_breaks(
     ax.set_xlabel("ms per decode step")
     fig.subplots_adjust(left=0.42, bottom=0.16)
     rows = [(label, fmt_time(v)) for label, v in rows_w]
+    plan_d = gaps.roofline_plan(dep, batch, context)
     rows += [
         ("realistic step", fmt_time(total)),
         ("plan tokens/s per replica", sig(batch / plan)),
@@ -247,14 +240,12 @@ def where_it_breaks(
             "prompt tokens per step",
             sig(gaps.prefill_tokens_per_step(batch, prompt_len, output_len)),
         ),
-        (
-            "KV in use per GPU",
-            fmt_bytes(batch * context * m.kv_bytes_per_token("bf16") * rf.kv_shard_fraction(m, tp)),
-        ),
+        ("KV in use per GPU", fmt_bytes(plan_d["kv_per_gpu"])),
+        ("KV pool holds (sequences)", sig(_concurrency(dep, context))),
         ("share lost to the breaks", fmt_pct(1 - plan / total)),
     ]
     return View(
-        f"{m.key} on {tp}x {g.key}, batch {batch}, {prompt_len}+{output_len} tokens",
+        f"{dep.label}, batch {batch}, {prompt_len}+{output_len} tokens",
         rows,
         fig,
         values={"plan_s": plan, "total_s": total},

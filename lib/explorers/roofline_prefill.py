@@ -13,7 +13,7 @@ from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import attention_intensity as ai
 from lib.perf import prefill as pf
 from lib.perf import roofline as rf
-from lib.perf import tpdecode
+from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
 from lib.registry.dtypes import bytes_per_element
 from lib.units import MS, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_time, sig
@@ -202,13 +202,13 @@ def prefill_floor(
     mfu: float,
     include_attention: bool,
 ) -> View:
-    """N039: prefill time = FLOPs / effective replica FLOP/s, and the TTFT it implies."""
+    """N039: prefill time = FLOPs / effective replica FLOP/s plus the TP all-reduces, and the TTFT."""
     m, g = models.model(model), hardware.gpu(gpu)
     est = pf.prefill_estimate(m, g, prompt_len, n_gpus, mfu, dtype, dtype, kv_dtype, include_attention)
     _check_fits(m, g, n_gpus, dtype, prompt_len * m.kv_bytes_per_token(kv_dtype))
-    comm = pf.prefill_allreduce_s(
-        m, g, prompt_len, n_gpus, bus_efficiency=tpdecode.assumptions().link_efficiency
-    )
+    dep = Deployment(m.key, g.key, tp=n_gpus, weight_dtype=dtype, compute_dtype=dtype, kv_dtype=kv_dtype)
+    full = pf.prefill_time(dep, prompt_len, mfu=mfu)  # THE prefill time (attention always counted)
+    comm = full.allreduce_s
     lengths = np.geomspace(16, max(2 * prompt_len, 1024), 60)
     per_key = m.attention_flops_per_token(1) if include_attention else 0.0
     flops = m.weight_flops_per_token() * lengths + per_key * lengths * (lengths + 1) / 2
@@ -230,18 +230,15 @@ def prefill_floor(
         ("effective replica FLOP/s", fmt_flops(est.replica_flops_per_s)),
         ("compute time", fmt_time(est.compute_s)),
         ("weight-read floor", fmt_time(est.memory_s)),
-        ("prefill floor", f"{fmt_time(est.time_s)} ({est.bound}-bound)"),
-        ("TP all-reduces if not overlapped", fmt_time(comm)),
-        (
-            "TTFT, queueing excluded",
-            f"{fmt_time(pf.ttft_s(est))} to {fmt_time(pf.ttft_s(est, comm_s=comm))}",
-        ),
+        ("prefill floor (no communication)", f"{fmt_time(est.time_s)} ({est.bound}-bound)"),
+        ("TP all-reduces (grow with the tokens)", fmt_time(comm)),
+        ("prefill time = TTFT, queueing excluded", fmt_time(pf.ttft_s(full))),
     ]
     return View(
         f"{m.key}, {prompt_len}-token prompt on {n_gpus}x {g.key} ({dtype}, KV {kv_dtype})",
         rows,
         fig,
-        values={"prefill_s": est.time_s, "comm_s": comm},
+        values={"prefill_s": full.time_s, "floor_s": est.time_s, "comm_s": comm},
     )
 
 

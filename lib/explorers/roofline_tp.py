@@ -1,4 +1,4 @@
-"""Explorers for the tensor-parallel decode step (N042), the FFN cost model (W06) and MBU (I005, I103)."""
+"""Explorers for the decode step over TP degree (I001, N042), the FFN cost model (W06) and MBU (I005, I103)."""
 
 from __future__ import annotations
 
@@ -6,30 +6,33 @@ import math
 
 from lib.book.svgplot import subplots
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.perf import collectives
 from lib.perf import ffn as ffn_lib
 from lib.perf import mbu as mbu_lib
-from lib.perf import tpdecode as tpd
+from lib.perf import tp_scaling as tps
+from lib.perf.deployment import Deployment
+from lib.perf.step import LEVELS, decode_step, step_assumptions
 from lib.registry import hardware, models
-from lib.units import MS, US, fmt_bytes, fmt_pct, fmt_time, sig
+from lib.units import MS, fmt_pct, fmt_time, sig
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())
 
 
-def _stack(level: str, allreduce: str, cuda_graphs: str = "yes") -> tpd.StepAssumptions:
-    stack = tpd.assumptions(level).replace(allreduce_algorithm=allreduce)
-    if cuda_graphs == "no":
-        stack = stack.replace(launch_gap_s=tpd.eager_launch_gap_s())
-    return stack
-
-
-def _check_fits(m, g, tp: int, weight_dtype: str, kv_bytes_total: float) -> None:
-    per_gpu = m.weight_bytes(weight_dtype) / tp + kv_bytes_total * tpd.kv_read_fraction(m, tp)
-    if per_gpu > g.memory_bytes:
-        raise ValueError(
-            f"{m.key} in {weight_dtype} with this KV cache needs {fmt_bytes(per_gpu)} per GPU; "
-            f"{g.key} has {fmt_bytes(g.memory_bytes)}: raise tp, shrink batch/context or quantize"
-        )
+def _deployment(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, batch: int,
+                context: int, cuda_graphs: bool = True) -> Deployment:
+    """The validated replica, refused when the batch's KV cache does not fit its memory budget
+    (lib.perf.memory.memory_budget on driver-visible memory)."""
+    dep = Deployment(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                     cuda_graphs=cuda_graphs)
+    if context > 0:
+        room = dep.budget.max_concurrency(context)
+        if room < batch:
+            raise ValueError(
+                f"{dep.label}: the KV cache holds {sig(room)} sequences of {context:,} tokens, "
+                f"not {batch}: raise tp, shrink batch/context or quantize"
+            )
+    return dep
 
 
 @explorer(
@@ -40,8 +43,9 @@ def _check_fits(m, g, tp: int, weight_dtype: str, kv_bytes_total: float) -> None
     batch=IntRange(1, 256, log=True),
     context=IntRange(0, 131072, label="context tokens"),
     weight_dtype=Choice(("bf16", "fp8", "int4"), label="weights"),
-    allreduce=Choice(tpd.ALLREDUCE_ALGORITHMS, label="all-reduce"),
-    level=Choice(tpd.LEVELS, label="assumptions"),
+    kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
+    allreduce=Choice(collectives.ALGORITHMS, label="all-reduce"),
+    level=Choice(LEVELS, label="assumptions"),
     cuda_graphs=Choice(("yes", "no"), label="CUDA graphs"),
 )
 def tp_decode_step(
@@ -51,50 +55,41 @@ def tp_decode_step(
     batch: int,
     context: int,
     weight_dtype: str,
+    kv_dtype: str,
     allreduce: str,
     level: str,
     cuda_graphs: str,
 ) -> View:
-    """N042: one decode step at TP1 and TP n, bucket by bucket, and the speedup curve."""
-    m, g = models.model(model), hardware.gpu(gpu)
-    stack = _stack(level, allreduce, cuda_graphs)
-    step = tpd.decode_step(m, g, tp, batch, context, weight_dtype, stack=stack)
-    one = tpd.decode_step(m, g, 1, batch, context, weight_dtype, stack=stack, strict=False)
-    top = max(8, tp)
-    degrees = [n for n in range(1, top + 1) if n <= 8 or tpd.tp_divides(m, n)]
-    curve = tpd.speedup_curve(
-        m, g, degrees, batch, context, weight_dtype, stack=stack, reference=one
-    )
+    """I001, N042: one decode step (lib.perf.step) at TP1 and TP n, bucket by bucket, and the
+    speedup curve over TP degree."""
+    dep = _deployment(model, gpu, tp, weight_dtype, kv_dtype, batch, context, cuda_graphs == "yes")
+    assume = step_assumptions(level, allreduce_algorithm=allreduce)
+    step = decode_step(dep, batch, context, assume)
+    one, one_reason = tps.step_at(dep, 1, batch, context, assume)
+    degrees = tps.candidate_degrees(dep, max(8, tp))
+    curve = tps.speedup_curve(dep, degrees, batch, context, assume, reference=one)
     fig, (ax0, ax1) = subplots(9.0, 3.4, 2)
-    tpd.plot_step_stack({"TP1": one, f"TP{tp}": step}, ax=ax0)
-    tpd.plot_speedup(curve, ax=ax1)
-    fig.subplots_adjust(left=0.08, right=0.98, wspace=0.3, bottom=0.42)
-    fits = (
-        m.weight_bytes(weight_dtype) / tp
-        + batch * context * m.kv_bytes_per_token("bf16") * tpd.kv_read_fraction(m, tp)
-        <= g.memory_bytes
-    )
+    one_label = "TP1" + (" (hypothetical)" if one_reason else "")
+    tps.plot_step_stack({one_label: one, f"TP{tp}": step}, ax=ax0)
+    tps.plot_speedup(curve, ax=ax1)
+    fig.subplots_adjust(left=0.12, right=0.98, wspace=0.3, bottom=0.42)
     rows = [
-        ("floor (bytes / peak bandwidth)", fmt_time(step.floor_s)),
+        ("floor (bytes / datasheet bandwidth)", fmt_time(step.floor_s)),
         ("step total", fmt_time(step.total_s)),
-        (
-            "all-reduces",
-            f"{step.n_allreduces} x {sig(stack.allreduce_alpha_s(tp) / US)} µs = {fmt_time(step.allreduce_s)}",
-        ),
-        ("kernels per step", f"{step.n_kernels} (tax {fmt_time(step.kernel_overhead_s)})"),
+        ("collectives", f"{step.n_collectives} calls = {fmt_time(step.collective_s)}"),
+        ("kernels per step", f"{step.n_kernels} (fixed time + gaps {fmt_time(step.kernel_overhead_s)})"),
+        ("host (sampling + scheduler)", fmt_time(step.host_s)),
         ("does not shrink with TP", fmt_time(step.fixed_s)),
         ("MBU", fmt_pct(step.mbu)),
-        ("TP1 step (same GPU)", fmt_time(one.total_s)),
+        (one_label + " step (same GPU)", fmt_time(one.total_s)),
         (f"speedup TP{tp} / TP1", f"{sig(one.total_s / step.total_s)}x (ideal {tp}x)"),
     ]
-    note = "" if fits else f"TP{tp} does not fit {g.key} memory with this KV cache: hypothetical."
-    if m.weight_bytes(weight_dtype) > g.memory_bytes:
-        note += f" TP1 does not fit one {g.key}: the TP1 bar is hypothetical."
+    note = f"TP1 cannot be deployed ({one_reason}): its bar is hypothetical." if one_reason else ""
     return View(
-        f"{m.key} decode on {tp}x {g.key}, batch {batch}, context {context}",
+        f"{dep.label}, batch {batch}, context {context}",
         rows,
         fig,
-        note.strip(),
+        note,
         values={
             "total": step.total_s,
             "floor": step.floor_s,
@@ -163,8 +158,8 @@ def ffn_cost(
     batch=IntRange(1, 256, log=True),
     context=IntRange(0, 131072, label="context tokens"),
     measured_mbu=FloatRange(0.05, 1.0, 0.01, label="measured MBU"),
-    allreduce=Choice(tpd.ALLREDUCE_ALGORITHMS, label="all-reduce"),
-    level=Choice(tpd.LEVELS, label="assumptions"),
+    allreduce=Choice(collectives.ALGORITHMS, label="all-reduce"),
+    level=Choice(LEVELS, label="assumptions"),
 )
 def mbu_diagnosis(
     model: str,
@@ -177,9 +172,8 @@ def mbu_diagnosis(
     level: str,
 ) -> View:
     """I005: the floor from bytes, the measured step it implies, and the gap split into owned buckets."""
-    m, g = models.model(model), hardware.gpu(gpu)
-    _check_fits(m, g, tp, "bf16", batch * context * m.kv_bytes_per_token("bf16"))
-    step = tpd.decode_step(m, g, tp, batch, context, stack=_stack(level, allreduce))
+    dep = _deployment(model, gpu, tp, "bf16", "bf16", batch, context)
+    step = decode_step(dep, batch, context, step_assumptions(level, allreduce_algorithm=allreduce))
     d = mbu_lib.diagnose(step, measured_mbu)
     fig = mbu_lib.plot_diagnosis(d)
     rows = [
@@ -204,7 +198,7 @@ def mbu_diagnosis(
         else ""
     )
     return View(
-        f"{m.key} on {tp}x {g.key}: MBU {fmt_pct(measured_mbu)} split",
+        f"{dep.label}: MBU {fmt_pct(measured_mbu)} split",
         rows,
         fig,
         note,
@@ -243,10 +237,9 @@ def mbu_pitfalls(
     wrong_gpu: str,
 ) -> View:
     """I103: the true MBU of a server and what each wrong definition reports."""
-    m, g = models.model(model), hardware.gpu(gpu)
-    _check_fits(m, g, tp, weight_dtype, batch * context * m.kv_bytes_per_token(kv_dtype))
+    _deployment(model, gpu, tp, weight_dtype, kv_dtype, batch, context)
     s = mbu_lib.Scenario(
-        m.key, g.key, tp, batch, context, weight_dtype, kv_dtype, step_ms * MS, busy_fraction
+        model, gpu, tp, batch, context, weight_dtype, kv_dtype, step_ms * MS, busy_fraction
     )
     if s.mbu > 1:
         raise ValueError(
@@ -268,7 +261,7 @@ def mbu_pitfalls(
     rows = [("true MBU", fmt_pct(s.mbu)), ("floor", fmt_time(s.floor_s))]
     rows += [(p.label, f"{fmt_pct(p.reported)} ({p.error_points:+.1f} pts)") for p in pits]
     return View(
-        f"MBU of {m.key} on {tp}x {g.key}, batch {batch}, context {context}",
+        f"MBU of {s.deployment.label}, batch {batch}, context {context}",
         rows,
         fig,
         values={"true": s.mbu, **{p.key: p.reported for p in pits}},

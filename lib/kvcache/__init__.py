@@ -7,6 +7,12 @@
 * :mod:`.chained_hash`: block prefix caching by chained hashes, verified on hit (vLLM APC-style).
 * :mod:`.eviction`: head-first vs tail-first eviction and the bytes it strands.
 * :mod:`.workloads`: seeded multi-turn chat and branching agent traces.
+* :mod:`.paging`: paged-KV arithmetic (waste, block sizes, sharing counts) and allocator grading.
+* :mod:`.recompute_fetch`: recompute a prefix (lib.perf.prefill.prefill_time) or fetch its KV
+  from a storage tier: the one home of the break-even; :mod:`.tiering`: HBM/DRAM/SSD tiers, wear.
+* :mod:`.prefix_hits`: prefix-cache hit rates on traces and the prefill they save.
+* :mod:`.radix_scenarios`: radix-tree rendering, scripted scenarios, oracle, defective caches.
+* :mod:`.block_hash`: block-hash cache tools: provenance oracle, weak hashes, collisions.
 
 Importing this package pulls in numpy only; hypothesis is imported lazily by
 :func:`find_minimal_failure`.

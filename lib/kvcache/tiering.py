@@ -16,8 +16,9 @@ recompute is the bandwidth it must absorb writes at if every new block is spille
 A *replica* is n_gpus GPUs holding one copy of the model (tensor parallel); a node has
 gpus_per_node GPUs and shares host DRAM and SSDs among its replicas in proportion to GPUs.
 Bandwidths here are the replica's (bytes/s into all its GPUs) and bytes are the KV's unique
-bytes; the recompute-vs-fetch arithmetic itself lives in :mod:`lib.kvcache.prefix` (per GPU,
-shard-aware) and the functions below are its replica view. SI units throughout: FLOP, FLOP/s,
+bytes; the recompute-vs-fetch arithmetic itself lives in :mod:`lib.kvcache.recompute_fetch` (per
+GPU, shard-aware, recompute = :func:`lib.perf.prefill.prefill_time`) and the functions below
+are its replica view; the HBM tier is :func:`lib.perf.memory.memory_budget`. SI units throughout: FLOP, FLOP/s,
 bytes, bytes/s, seconds. Facts and assumptions come from ``data/storage_tiers.yaml`` (its
 ``node``, ``workload`` and ``tiers`` sections) through :func:`default_node` and
 :func:`workload_defaults`.
@@ -29,12 +30,12 @@ import math
 from dataclasses import dataclass, replace
 
 from lib.inputs import fraction, integer, real
-from lib.kvcache import prefix as kp
-from lib.perf.memory import default_memory_utilization, kv_free_bytes_per_gpu
-from lib.perf.prefill import assumptions as prefill_assumptions
+from lib.kvcache import recompute_fetch as rf
+from lib.perf.prefill import default_mfu as prefill_default_mfu
+from lib.perf.prefill import prefill_time
 from lib.perf.roofline import kv_shard_fraction
 from lib.registry.data import load_yaml
-from lib.registry.hardware import GPU, gpu
+from lib.registry.hardware import GPU
 from lib.registry.models import Model, model
 from lib.units import GB, TB, US
 
@@ -50,9 +51,21 @@ def _gpus(n_gpus: int, gpus_per_node: int) -> int:
 
 
 def default_mfu(mfu: float | None = None) -> float:
-    """``mfu``, or (None) the prefill MFU of ``data/assumptions.yaml``
-    (``assumptions.prefill_mfu``), the default of every ``mfu`` argument in this module."""
-    return prefill_assumptions()["prefill_mfu"] if mfu is None else mfu
+    """``mfu``, or (None) ``prefill.prefill_mfu`` of ``data/assumptions.yaml``
+    (:func:`lib.perf.prefill.default_mfu`), the default of every ``mfu`` argument in this module."""
+    return prefill_default_mfu(mfu)
+
+
+def check_context_window(mdl: str | Model, tokens: int, what: str = "prefix") -> int:
+    """``tokens`` if the model can hold that many positions, else ValueError naming its window
+    (``max_position_embeddings``): a prefix longer than the window cannot exist."""
+    m = model(mdl)
+    t = integer(f"{what} tokens", tokens, 1)
+    if t > m.max_position_embeddings:
+        raise ValueError(
+            f"a {t:,}-token {what} exceeds {m.key}'s {m.max_position_embeddings:,}-token context window"
+        )
+    return t
 
 
 # ---- the node: facts and assumptions ------------------------------------------------------
@@ -183,35 +196,17 @@ def workload_defaults() -> dict:
     return dict(facts()["workload"])
 
 
-# ---- recompute against fetch: the replica view of lib.kvcache.prefix ----------------------
+# ---- recompute against fetch: the replica view of lib.kvcache.recompute_fetch ------------------
 
 
 def compute_rate(
     chip: str | GPU, n_gpus: int = 1, compute_dtype: str = "bf16", mfu: float | None = None
 ) -> float:
     """Achievable prefill FLOP/s of a replica: C = n_gpus x dense peak(compute_dtype) x MFU
-    (:func:`lib.kvcache.prefix.achieved_flops_per_s`). MFU None: :func:`default_mfu`
-    (``prefill_mfu`` in ``data/assumptions.yaml``), as for every ``mfu`` below."""
+    (:func:`lib.kvcache.recompute_fetch.achieved_flops_per_s`). MFU None: :func:`default_mfu`
+    (``prefill.prefill_mfu`` in ``data/assumptions.yaml``), as for every ``mfu`` below."""
     n_gpus = integer("n_gpus", n_gpus, 1)
-    mfu = fraction("mfu", default_mfu(mfu), allow_zero=False)
-    return kp.achieved_flops_per_s(chip, n_gpus, compute_dtype, mfu)
-
-
-def recompute_time_s(
-    mdl: str | Model,
-    chip: str | GPU,
-    prefix_tokens: int,
-    n_gpus: int = 1,
-    compute_dtype: str = "bf16",
-    mfu: float | None = None,
-) -> float:
-    """Seconds to recompute a prefix's KV by prefill: F(P) / C (:func:`lib.kvcache.prefix.recompute_flops`).
-
-    The marginal cost inside a prefill that runs anyway (the new suffix still needs one), so
-    no weight-read floor is added: at prompt lengths worth caching, prefill is compute-bound.
-    """
-    p = integer("prefix_tokens", prefix_tokens, 1)
-    return kp.recompute_flops(mdl, p) / compute_rate(chip, n_gpus, compute_dtype, mfu)
+    return rf.achieved_flops_per_s(chip, n_gpus, compute_dtype, default_mfu(mfu))
 
 
 def fetch_time_s(
@@ -225,7 +220,7 @@ def fetch_time_s(
 
     b = Model.kv_bytes_per_token(kv_dtype) (all layers, all KV heads of the replica);
     W = bytes/s the tier delivers into the replica's GPUs (``math.inf`` for HBM: resident).
-    :func:`lib.kvcache.prefix.fetch_time_s` over one link of bandwidth W.
+    :func:`lib.kvcache.recompute_fetch.fetch_time_s` over one link of bandwidth W.
     """
     p = integer("prefix_tokens", prefix_tokens, 1)
     w = float(bandwidth)
@@ -233,19 +228,19 @@ def fetch_time_s(
         raise ValueError(
             f"bandwidth must be > 0 bytes/s (math.inf for a resident tier), got {bandwidth!r}"
         )
-    link = kp.StorageTier("replica", "the replica's link", w, 1.0, real("latency_s", latency_s, 0),
+    link = rf.StorageTier("replica", "the replica's link", w, 1.0, real("latency_s", latency_s, 0),
                           "lib.kvcache.tiering")
-    return kp.fetch_time_s(mdl, p, link, kv_dtype=kv_dtype)
+    return rf.fetch_time_s(mdl, p, link, kv_dtype=kv_dtype)
 
 
 def recompute_intensity(mdl: str | Model, prefix_tokens: int, kv_dtype: str = "bf16") -> float:
     """FLOPs of recompute per byte of cached KV: I(P) = F(P) / (P x b), FLOP/byte
-    (:func:`lib.kvcache.prefix.flops_per_kv_byte`).
+    (:func:`lib.kvcache.recompute_fetch.flops_per_kv_byte`).
 
     Independent of hardware. It grows with P (the attention term) and with model size per KV
     byte: GQA and MLA raise it, an MHA model has the lowest.
     """
-    return kp.flops_per_kv_byte(mdl, integer("prefix_tokens", prefix_tokens, 1), kv_dtype)
+    return rf.flops_per_kv_byte(mdl, integer("prefix_tokens", prefix_tokens, 1), kv_dtype)
 
 
 def tier_ridge(
@@ -269,14 +264,14 @@ def breakeven_bandwidth(
     compute_dtype: str = "bf16",
     mfu: float | None = None,
 ) -> float:
-    """Bytes/s a tier must deliver to the replica for fetch to tie with recompute: W* = C / I(P).
-
-    :func:`lib.kvcache.prefix.breakeven_bandwidth_closed_form` (per GPU) over the share s of
-    each token one GPU holds: the replica's unique KV bytes per second. Also the rate a replica
-    creates KV while prefilling flat out. Latency is ignored (long prefixes).
+    """Bytes/s a tier must deliver to the replica for fetch to tie with a compute-bound recompute:
+    W* = C / I(P), the bound of :func:`lib.kvcache.recompute_fetch.breakeven_bandwidth_closed_form`
+    (per GPU) over the share s of each token one GPU holds: the replica's unique KV bytes per
+    second. Also the rate a replica creates KV while prefilling flat out. Latency, weight read and
+    all-reduce ignored (long prefixes); :func:`tier_costs` prices the whole prefill.
     """
     m = model(mdl)
-    per_gpu = kp.breakeven_bandwidth_closed_form(
+    per_gpu = rf.breakeven_bandwidth_closed_form(
         m, chip, integer("prefix_tokens", prefix_tokens, 1), tp=n_gpus, mfu=default_mfu(mfu),
         compute_dtype=compute_dtype, kv_dtype=kv_dtype,
     )
@@ -293,15 +288,14 @@ def breakeven_prefix_tokens(
     compute_dtype: str = "bf16",
     mfu: float | None = None,
 ) -> float:
-    """Prefix length P* where recompute and fetch take equally long; recompute wins below it.
-
-    :func:`lib.kvcache.prefix.breakeven_prefix_tokens_closed_form` with the replica's bandwidth
-    W split as each GPU's share W x s: (2N P + a P (P + 1) / 2) / C = t0 + P b / W. Returns 0
-    when fetching wins at every length, ``math.inf`` when recompute always wins.
+    """Prefix length P* where a compute-bound recompute and a fetch take equally long; recompute
+    wins below it: :func:`lib.kvcache.recompute_fetch.breakeven_prefix_tokens_closed_form` with the
+    replica's bandwidth W split as each GPU's share W x s. Returns 0 when fetching wins at every
+    length, ``math.inf`` when recompute always wins.
     """
     m = model(mdl)
     w = real("bandwidth", bandwidth, 0, low_open=True)
-    return kp.breakeven_prefix_tokens_closed_form(
+    return rf.breakeven_prefix_tokens_closed_form(
         m, chip, w * kv_shard_fraction(m, n_gpus), latency_s=latency_s, tp=n_gpus, mfu=default_mfu(mfu),
         compute_dtype=compute_dtype, kv_dtype=kv_dtype,
     )
@@ -356,84 +350,58 @@ def ssd_bandwidth(node: NodeSpec, n_gpus: int = 1) -> float:
     )
 
 
-def tier_costs(
-    mdl: str | Model,
-    chip: str | GPU,
-    prefix_tokens: int,
-    n_gpus: int = 1,
-    node: NodeSpec | None = None,
-    kv_dtype: str = "bf16",
-    weight_dtype: str = "bf16",
-    compute_dtype: str = "bf16",
-    mfu: float | None = None,
-    memory_utilization: float | None = None,
-) -> list[TierCost]:
-    """HBM, DRAM and SSD for one replica: capacity, bandwidth, fetch and recompute time of a prefix.
+def tier_costs(dep, prefix_tokens: int, node: NodeSpec | None = None, mfu: float | None = None) -> list[TierCost]:
+    """HBM, DRAM and SSD for the replica ``dep``: capacity, bandwidth, fetch and recompute time of a prefix.
 
-    HBM capacity = n_gpus x (HBM x utilization - weights / n_gpus), resident (no fetch), with
-    utilization None = vLLM's default (``engine_defaults.gpu_memory_utilization`` in
-    ``data/serving_memory.yaml``);
+    HBM = the KV pool of :func:`lib.perf.memory.memory_budget` on driver-visible memory
+    (``dep.budget``: kv_cache_bytes per GPU x GPUs, ``token_capacity`` tokens), resident (no fetch);
     DRAM = usable host DRAM x n_gpus / gpus_per_node at :func:`host_bandwidth`;
     SSD = drives x capacity x n_gpus / gpus_per_node at :func:`ssd_bandwidth`.
+    Recompute = :func:`lib.kvcache.recompute_fetch.recompute_time_s` (the prefill time).
+    A prefix longer than the model's context window is refused (:func:`check_context_window`).
     """
     node = node or default_node()
     node = _check_node(node)
-    m, g = model(mdl), gpu(chip)
-    n_gpus = _gpus(n_gpus, node.gpus_per_node)
-    if m.num_attention_heads % n_gpus:
-        raise ValueError(
-            f"n_gpus={n_gpus} must divide the {m.num_attention_heads} attention heads of {m.key}"
-        )
-    p = integer("prefix_tokens", prefix_tokens, 1)
-    b = m.kv_bytes_per_token(kv_dtype)
+    m = dep.mdl
+    n_gpus = _gpus(dep.tp, node.gpus_per_node)
+    p = check_context_window(m, prefix_tokens)
+    b = m.kv_bytes_per_token(dep.kv_dtype)
     share = n_gpus / node.gpus_per_node
-    recompute = recompute_time_s(m, g, p, n_gpus, compute_dtype, mfu)
-    u = default_memory_utilization(memory_utilization)
-    hbm = max(kv_free_bytes_per_gpu(m, g, n_gpus, weight_dtype, u), 0.0) * n_gpus
+    recompute = rf.recompute_time_s(dep, p, mfu=mfu)
+    budget = dep.budget
     dram = node.dram_bytes * node.dram_usable_fraction * share
     ssd = node.ssd_drives * node.ssd_capacity_bytes * share
     rows = [
-        ("HBM", hbm, math.inf, 0.0),
-        ("host DRAM", dram, host_bandwidth(node, n_gpus), node.dram_latency_s),
+        ("HBM", budget.kv_cache_bytes * n_gpus, float(budget.token_capacity), math.inf, 0.0),
+        ("host DRAM", dram, dram / b, host_bandwidth(node, n_gpus), node.dram_latency_s),
     ]
     if node.ssd_drives:
-        rows.append(("NVMe SSD", ssd, ssd_bandwidth(node, n_gpus), node.ssd_latency_s))
+        rows.append(("NVMe SSD", ssd, ssd / b, ssd_bandwidth(node, n_gpus), node.ssd_latency_s))
     out = []
-    for name, cap, bw, lat in rows:
-        fetch = 0.0 if math.isinf(bw) else fetch_time_s(m, p, bw, kv_dtype, lat)
-        out.append(TierCost(name, cap, cap / b, bw, lat, p, fetch, recompute))
+    for name, cap, tokens, bw, lat in rows:
+        fetch = 0.0 if math.isinf(bw) else fetch_time_s(m, p, bw, dep.kv_dtype, lat)
+        out.append(TierCost(name, cap, tokens, bw, lat, p, fetch, recompute))
     return out
 
 
 # ---- SSD wear-out ---------------------------------------------------------------------------
 
 
-def prefill_tokens_per_s(
-    mdl: str | Model,
-    chip: str | GPU,
-    prompt_tokens: int,
-    n_gpus: int = 1,
-    compute_dtype: str = "bf16",
-    mfu: float | None = None,
-) -> float:
-    """Prompt tokens/s a replica prefills flat out: C / (F(P) / P) for prompts of P tokens."""
-    p = integer("prompt_tokens", prompt_tokens, 1)
-    return compute_rate(chip, n_gpus, compute_dtype, mfu) / kp.recompute_flops_per_token(mdl, p)
+def prefill_tokens_per_s(dep, prompt_tokens: int, mfu: float | None = None) -> float:
+    """Prompt tokens/s a replica prefills flat out: P / :func:`lib.perf.prefill.prefill_time` (P)."""
+    p = check_context_window(dep.mdl, prompt_tokens, "prompt")
+    return p / prefill_time(dep, p, mfu=mfu).time_s
 
 
 def kv_write_rate(
-    mdl: str | Model,
-    chip: str | GPU,
+    dep,
     prompt_tokens: int,
-    n_gpus: int = 1,
-    kv_dtype: str = "bf16",
-    compute_dtype: str = "bf16",
     mfu: float | None = None,
     prefill_share: float | None = None,
     output_tokens_per_prompt_token: float | None = None,
     spill_fraction: float | None = None,
 ) -> float:
-    """Bytes/s of new KV a busy replica sends to the SSD tier.
+    """Bytes/s of new KV a busy replica ``dep`` sends to the SSD tier.
 
     w = prefill_share x prefill_tokens_per_s x (1 + output per prompt token) x b x spill_fraction:
     every computed prompt token and every generated token creates b bytes of KV, and a
@@ -450,12 +418,8 @@ def kv_write_rate(
     share = fraction("prefill_share", prefill_share, allow_zero=False)
     out = real("output_tokens_per_prompt_token", output_tokens_per_prompt_token, 0)
     spill = fraction("spill_fraction", spill_fraction, allow_zero=False)
-    tokens = (
-        share
-        * prefill_tokens_per_s(mdl, chip, prompt_tokens, n_gpus, compute_dtype, mfu)
-        * (1 + out)
-    )
-    return tokens * model(mdl).kv_bytes_per_token(kv_dtype) * spill
+    tokens = share * prefill_tokens_per_s(dep, prompt_tokens, mfu) * (1 + out)
+    return tokens * dep.mdl.kv_bytes_per_token(dep.kv_dtype) * spill
 
 
 def ssd_endurance_bytes(capacity_bytes: float, dwpd: float, warranty_years: float) -> float:

@@ -10,9 +10,9 @@ Every collective of the book is priced here (alpha-beta model):
   (n - 1) / n x M, M the full (gathered) buffer; all-to-all: (n - 1) / n x M of each rank's
   M-byte buffer leaves it.
 - The link is the vendor's own: NVLink (NVSwitch: any pair at the full per-direction rate),
-  Infinity Fabric (MI300X: one 64 GB/s link per peer, so a ring runs at one peer link while
-  direct algorithms use all n - 1), PCIe for boards without a scale-up link, and the network
-  across nodes, with the node's NICs.
+  Infinity Fabric (MI300X: a full mesh of one 64 GB/s link per peer; a collective over n GPUs
+  runs n - 1 rings over disjoint links, so it gets (n - 1) peer links: 1 at TP2, 7 at TP8),
+  PCIe for boards without a scale-up link, and the network across nodes, with the node's NICs.
 - A group larger than a node is hierarchical: reduce-scatter inside each node, all-reduce of
   each GPU's 1/g shard across nodes over that GPU's NIC, all-gather inside the node.
 
@@ -39,10 +39,15 @@ class Fabric:
     """How GPUs of one group talk: the link's name, per-direction bytes/s and latency model."""
 
     name: str  # "NVLink", "Infinity Fabric", "PCIe", "network"
-    link_bandwidth: float  # bytes/s per direction one GPU can push to one peer / the ring
-    direct_bandwidth: float  # bytes/s per direction one GPU can push to all peers at once
+    peer_bandwidth: float  # bytes/s per direction one GPU can push to one peer
+    mesh: bool  # True: one link per peer (the group's bandwidth is n - 1 links); False: switched
     bus_efficiency: float
     key: str  # the section of data/assumptions.yaml collectives
+
+    def bandwidth(self, n: int) -> float:
+        """Bytes/s per direction one GPU moves in a collective over ``n`` GPUs of this fabric:
+        the switched port rate, or (mesh) n - 1 peer links used at once."""
+        return self.peer_bandwidth * (max(n - 1, 1) if self.mesh else 1)
 
     def alpha_s(self, n: int, steps: int) -> float:
         """Latency of a collective of ``steps`` ring steps on ``n`` GPUs, seconds."""
@@ -67,13 +72,11 @@ def intra_node_fabric(chip: str | GPU) -> Fabric:
     if g.scaleup_bandwidth:
         if g.vendor == "AMD":
             eff = assumptions.value("collectives.infinity_fabric.bus_efficiency")
-            peers = gpus_per_node() - 1
-            return Fabric("Infinity Fabric", g.scaleup_bandwidth, g.scaleup_bandwidth * peers, eff,
-                          "infinity_fabric")
+            return Fabric("Infinity Fabric", g.scaleup_bandwidth, True, eff, "infinity_fabric")
         eff = assumptions.value("collectives.nvlink.bus_efficiency")
-        return Fabric("NVLink", g.scaleup_bandwidth, g.scaleup_bandwidth, eff, "nvlink")
+        return Fabric("NVLink", g.scaleup_bandwidth, False, eff, "nvlink")
     pcie = pcie_bandwidth(g)
-    return Fabric("PCIe", pcie, pcie, assumptions.value("collectives.pcie.bus_efficiency"), "pcie")
+    return Fabric("PCIe", pcie, False, assumptions.value("collectives.pcie.bus_efficiency"), "pcie")
 
 
 def pcie_bandwidth(chip: str | GPU) -> float:
@@ -94,7 +97,7 @@ def network_fabric(chip: str | GPU) -> Fabric:
     nics = assumptions.value("collectives.nics_per_node")
     per_gpu = g.scaleout_bandwidth * nics / gpus_per_node()
     eff = assumptions.value("collectives.network.bus_efficiency")
-    return Fabric("network", per_gpu, per_gpu, eff, "network")
+    return Fabric("network", per_gpu, False, eff, "network")
 
 
 def _check(message_bytes: float, n_gpus: int, algorithm: str) -> tuple[float, int]:
@@ -109,13 +112,13 @@ def _flat_all_reduce_s(m: float, n: int, f: Fabric, algorithm: str) -> tuple[flo
     """(latency, bandwidth) seconds of an all-reduce on one fabric."""
     if n == 1:
         return 0.0, 0.0
+    bw = f.bandwidth(n) * f.bus_efficiency
     if algorithm == "ring":
-        return f.alpha_s(n, 2 * (n - 1)), 2 * (n - 1) / n * m / (f.link_bandwidth * f.bus_efficiency)
+        return f.alpha_s(n, 2 * (n - 1)), 2 * (n - 1) / n * m / bw
     if algorithm == "tree":
-        return (f.alpha_s(n, 2 * math.ceil(math.log2(n))),
-                2 * m / (f.link_bandwidth * f.bus_efficiency))
-    # one-shot: each rank reads the other n - 1 buffers at once over its direct links
-    return one_shot_latency_s(n, f), (n - 1) * m / (f.direct_bandwidth * f.bus_efficiency)
+        return f.alpha_s(n, 2 * math.ceil(math.log2(n))), 2 * m / bw
+    # one-shot: each rank reads the other n - 1 buffers at once
+    return one_shot_latency_s(n, f), (n - 1) * m / bw
 
 
 def one_shot_latency_s(n: int, f: Fabric) -> float:
@@ -182,7 +185,7 @@ def collective(kind: str, message_bytes: float, n_gpus: int, chip: str | GPU,
     else:  # all-to-all: the share bound for other nodes leaves over this GPU's NIC
         inner = _flat("all_to_all", m * per_node / n, per_node, intra, algorithm)
         lat = inner[0] + net.alpha_s(nodes, 1)
-        bw = max(inner[1], m * (n - per_node) / n / (net.link_bandwidth * net.bus_efficiency))
+        bw = max(inner[1], m * (n - per_node) / n / (net.bandwidth(nodes) * net.bus_efficiency))
     return CollectiveTime(kind, n, m, lat, bw, f"{intra.name} + network")
 
 
@@ -191,10 +194,11 @@ def _flat(kind: str, m: float, n: int, f: Fabric, algorithm: str) -> tuple[float
         return 0.0, 0.0
     if kind == "all_reduce":
         return _flat_all_reduce_s(m, n, f, algorithm)
+    bw = f.bandwidth(n) * f.bus_efficiency
     if kind in ("all_gather", "reduce_scatter"):
-        return f.alpha_s(n, n - 1), (n - 1) / n * m / (f.link_bandwidth * f.bus_efficiency)
-    # all-to-all: n - 1 peers at once over the direct links
-    return f.alpha_s(n, 1), (n - 1) / n * m / (f.direct_bandwidth * f.bus_efficiency)
+        return f.alpha_s(n, n - 1), (n - 1) / n * m / bw
+    # all-to-all: (n - 1) / n of each rank's buffer leaves it
+    return f.alpha_s(n, 1), (n - 1) / n * m / bw
 
 
 def all_reduce_s(message_bytes: float, n_gpus: int, chip: str | GPU, algorithm: str = "ring",

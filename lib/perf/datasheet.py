@@ -5,7 +5,9 @@ and the bytes-per-FLOP balance of chips against the decode workload.
   and bytes per FLOP (W / P), all from ``data/hardware.yaml``.
 * Three regimes, each with its own speedup: compute-bound (prefill: the FLOP/s ratio),
   bandwidth-bound (batch-1 decode: the bandwidth ratio) and capacity-bound (decode at the
-  largest batch whose KV cache fits beside the weights on a fixed number of GPUs).
+  largest batch whose KV cache fits beside the weights on a fixed number of GPUs). Step times
+  come from :func:`lib.perf.step.decode_step`, prefill from :func:`lib.perf.prefill.prefill_time`,
+  KV capacity from the memory budget on driver-visible memory (``Deployment.budget``).
 * Headline claims: the per-user decode ceiling (bandwidth / bytes per token) and the
   unstated conditions (weight dtype, speculative decoding, GPU count, batch aggregate,
   smaller model) that would lift it to the claim.
@@ -23,15 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from lib.inputs import fraction, integer, real
-from lib.perf.memory import default_memory_utilization
+from lib.perf import throughput as tput
+from lib.perf.deployment import Deployment
+from lib.perf.prefill import prefill_time
 from lib.perf.roofline import (
     kv_shard_fraction,
     lookup_bytes_read,
-    prefill,
     weight_bytes_read_per_step,
     weight_bytes_streamed,
 )
-from lib.perf.throughput import decode_step_line, kv_batch_ceiling
 from lib.registry.data import load_yaml
 from lib.registry.dtypes import bytes_per_element
 from lib.registry.hardware import GPU, gpu
@@ -60,6 +62,16 @@ def spec_ratios(old: str | GPU, new: str | GPU, dtype: str = "bf16") -> dict[str
     }
 
 
+def _deployment(m: Model, g: GPU, n: int, weight_dtype: str, kv_dtype: str = "bf16",
+                compute_dtype: str = "bf16", memory_utilization: float | None = None) -> Deployment | None:
+    """The TP-n replica, or None when it cannot be built (heads do not shard, weights leave no KV room)."""
+    try:
+        return Deployment(m, g, tp=n, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                          compute_dtype=compute_dtype, memory_utilization=memory_utilization)
+    except ValueError:
+        return None
+
+
 def gpus_to_fit(
     mdl: str | Model,
     chip: str | GPU,
@@ -67,20 +79,14 @@ def gpus_to_fit(
     memory_utilization: float | None = None,
     max_gpus: int = 64,
 ) -> int:
-    """Smallest power-of-two GPU count (dividing the heads) whose usable HBM holds the weights.
-
-    weights / n <= memory x utilization (None: vLLM's default, ``engine_defaults.gpu_memory_utilization``
-    in ``data/serving_memory.yaml``). Raises ValueError when none up to ``max_gpus`` does.
+    """Smallest power-of-two GPU count (tensor parallel) whose memory budget on driver-visible
+    memory leaves room for a KV cache beside the weights (``Deployment`` builds).
+    ``memory_utilization`` None: vLLM's default. Raises ValueError when none up to ``max_gpus`` does.
     """
     m, g = model(mdl), gpu(chip)
-    memory_utilization = default_memory_utilization(memory_utilization)
-    fraction("memory_utilization", memory_utilization, allow_zero=False)
     n = 1
     while n <= max_gpus:
-        if (
-            m.num_attention_heads % n == 0
-            and m.weight_bytes(weight_dtype) / n <= g.memory_bytes * memory_utilization
-        ):
+        if _deployment(m, g, n, weight_dtype, memory_utilization=memory_utilization) is not None:
             return n
         n *= 2
     raise ValueError(f"{m.key} in {weight_dtype} does not fit on {max_gpus} x {g.key}")
@@ -96,24 +102,17 @@ def gpus_for_batch(
     memory_utilization: float | None = None,
     max_gpus: int = 64,
 ) -> int:
-    """Smallest power-of-two GPU count whose memory holds the weights plus ``batch`` sequences of
-    ``context`` tokens of KV (kv_batch_ceiling >= batch; ``memory_utilization`` None: vLLM's default,
-    ``engine_defaults.gpu_memory_utilization`` in ``data/serving_memory.yaml``). Raises ValueError
-    if none up to ``max_gpus``."""
+    """Smallest power-of-two GPU count whose KV pool (memory budget on driver-visible memory)
+    holds ``batch`` sequences of ``context`` tokens: ``budget.max_concurrency(context) >= batch``.
+    Raises ValueError if none up to ``max_gpus``."""
     m, g = model(mdl), gpu(chip)
     b = integer("batch", batch, 1)
     context = integer("context", context, 1)
     n = 1
     while n <= max_gpus:
-        if m.num_attention_heads % n == 0:
-            try:
-                if (
-                    kv_batch_ceiling(m, g, context, n, weight_dtype, kv_dtype, memory_utilization)
-                    >= b
-                ):
-                    return n
-            except ValueError:
-                pass  # weights alone do not fit at this n
+        dep = _deployment(m, g, n, weight_dtype, kv_dtype, memory_utilization=memory_utilization)
+        if dep is not None and dep.budget.max_concurrency(context) >= b:
+            return n
         n *= 2
     raise ValueError(
         f"{b} sequences of {context} tokens of {m.key} ({weight_dtype}) do not fit on "
@@ -127,9 +126,9 @@ class RegimeRow:
 
     gpu: str
     n_gpus: int
-    prefill_s: float  # compute-bound: time to prefill one prompt (roofline bound)
-    decode_batch1_tokens_per_s: float  # bandwidth-bound: one user's tokens/s (weights + KV read)
-    capacity_batch: int  # largest batch whose KV fits beside the weights
+    prefill_s: float  # compute-bound: time to prefill one prompt (lib.perf.prefill.prefill_time)
+    decode_batch1_tokens_per_s: float  # bandwidth-bound: one user's tokens/s (the modelled step)
+    capacity_batch: float  # sequences whose KV fits beside the weights, with the fraction
     capacity_tokens_per_s: float  # capacity-bound: replica tokens/s at that batch
 
     @property
@@ -148,23 +147,24 @@ def regime_row(
     compute_dtype: str = "bf16",
     memory_utilization: float | None = None,
 ) -> RegimeRow:
-    """The three regime numbers for ``mdl`` on ``n_gpus`` x ``chip`` (tensor parallel, comms ignored).
+    """The three regime numbers for ``mdl`` on ``n_gpus`` x ``chip`` (tensor parallel).
 
-    prefill_s: roofline bound of prefilling ``prompt_len`` tokens (compute-bound for long prompts);
-    decode_batch1: 1 / t(1) of the step-time line at ``context``;
-    capacity: B_max = KV ceiling at ``context``, tokens/s = B_max / t(B_max) (0 if B_max = 0).
-    ``memory_utilization`` None: ``engine_defaults.gpu_memory_utilization`` in ``data/serving_memory.yaml``.
+    prefill_s: :func:`lib.perf.prefill.prefill_time` of ``prompt_len`` tokens (prefill MFU,
+    TP all-reduce traffic included); decode_batch1: 1 / t(1) of the modelled step at ``context``;
+    capacity: B = ``budget.max_concurrency(context)`` (fractional: no edge artifact when one
+    sequence barely fits), tokens/s = B / t(B), t interpolated between integer batches; below one
+    sequence, B / t(1) (the replica time-shares one slot). Raises ValueError when the weights
+    leave no room for a KV cache.
     """
     m, g = model(mdl), gpu(chip)
     n = integer("n_gpus", n_gpus, 1)
     ctx = integer("context", context, 1)
     p = integer("prompt_len", prompt_len, 1)
-    line = decode_step_line(m, g, ctx, n, weight_dtype, kv_dtype, compute_dtype)
-    b_max = kv_batch_ceiling(m, g, ctx, n, weight_dtype, kv_dtype, memory_utilization)
-    pre = prefill(m, g, p, tp=n, batch=1, weight_dtype=weight_dtype, compute_dtype=compute_dtype,
-                  kv_dtype=kv_dtype)
-    cap = line.throughput(b_max) if b_max > 0 else 0.0
-    return RegimeRow(g.key, n, pre.time_s, line.throughput(1), b_max, cap)
+    dep = Deployment(m, g, tp=n, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                     compute_dtype=compute_dtype, memory_utilization=memory_utilization)
+    b_max = dep.budget.max_concurrency(ctx)
+    cap = b_max / tput.step_s_at(dep, max(b_max, 1.0), ctx) if b_max > 0 else 0.0
+    return RegimeRow(g.key, n, prefill_time(dep, p).time_s, tput.tokens_per_s(dep, 1, ctx), b_max, cap)
 
 
 def regime_speedups(old: RegimeRow, new: RegimeRow) -> dict[str, float]:
@@ -283,21 +283,15 @@ def batch_for_aggregate(
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
 ) -> float:
-    """Smallest batch whose AGGREGATE tokens/s reaches the claim: B / (t0 + B c) = X
-    => B = X t0 / (1 - X c). math.inf when the claim is above the ceiling 1 / c."""
+    """Smallest batch whose AGGREGATE tokens/s reaches the claim on the modelled step
+    (:func:`lib.perf.throughput.batch_for_tokens_per_s`, TP ``n_gpus``). math.inf when the claim
+    is at or above the throughput ceiling."""
     real("claim_tokens_per_s", claim_tokens_per_s, 0, low_open=True)
-    line = decode_step_line(
-        mdl,
-        chip,
-        integer("context", context, 0),
-        integer("n_gpus", n_gpus, 1),
-        weight_dtype,
-        kv_dtype,
-    )
-    x, c = claim_tokens_per_s, line.per_sequence_s
-    if x * c >= 1:
-        return math.inf
-    return x * line.fixed_s / (1 - x * c)
+    m, g = model(mdl), gpu(chip)
+    n = integer("n_gpus", n_gpus, 1)
+    cdt = "fp8" if weight_dtype == "fp8" and "fp8" in g.dtypes else "bf16"
+    dep = Deployment(m, g, tp=n, weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=cdt)
+    return tput.batch_for_tokens_per_s(dep, integer("context", context, 0), claim_tokens_per_s)
 
 
 @dataclass(frozen=True)
@@ -306,7 +300,7 @@ class Scenario:
 
     name: str
     tokens_per_s: float  # per-user ceiling under this reading (aggregate for the batch row)
-    fits: bool  # weights (+ the context's KV) fit in the GPUs' memory
+    fits: bool  # the memory budget holds the weights and at least one sequence's KV
     note: str = ""
 
     def meets(self, claim: float) -> bool:
@@ -336,15 +330,20 @@ def headline_scenarios(
     ``memory_utilization`` None: ``engine_defaults.gpu_memory_utilization`` in ``data/serving_memory.yaml``.
     """
     real("claim_tokens_per_s", claim_tokens_per_s, 0, low_open=True)
-    memory_utilization = default_memory_utilization(memory_utilization)
     m, g = model(mdl), gpu(chip)
     n = integer("n_gpus", n_gpus, 1)
     ctx = integer("context", context, 0)
     spec = speculative_speedup(acceptance, draft_tokens, draft_cost)
 
+    def holds(mm: Model, dtype: str, gpus: int) -> float:
+        """Sequences of ``ctx`` tokens the budget holds (fractional); -1 when it cannot be built."""
+        dep = _deployment(mm, g, gpus, dtype, memory_utilization=memory_utilization)
+        if dep is None:
+            return -1.0
+        return dep.budget.max_concurrency(max(ctx, 1))
+
     def fits(mm: Model, dtype: str, gpus: int) -> bool:
-        kv = ctx * mm.kv_bytes_per_token("bf16") * kv_shard_fraction(mm, gpus)
-        return mm.weight_bytes(dtype) / gpus + kv <= g.memory_bytes * memory_utilization
+        return holds(mm, dtype, gpus) >= 1
 
     rows = []
     for dtype in ("bf16", "fp8", "int4"):
@@ -388,14 +387,14 @@ def headline_scenarios(
     for dtype in ("bf16", "fp8", "int4"):
         if fits(m, dtype, n):
             b = batch_for_aggregate(claim_tokens_per_s, m, g, n, max(ctx, 1), dtype)
-            limit = kv_batch_ceiling(m, g, max(ctx, 1), n, dtype, "bf16", memory_utilization)
+            limit = holds(m, dtype, n)
             ok = b <= limit
             rows.append(
                 Scenario(
                     f"{m.key} {dtype.upper()}, aggregate over a batch",
                     claim_tokens_per_s if ok else 0.0,
                     ok,
-                    f"needs batch {math.ceil(b) if math.isfinite(b) else 'inf'}; KV holds {limit}",
+                    f"needs batch {math.ceil(b) if math.isfinite(b) else 'inf'}; KV holds {limit:.2f}",
                 )
             )
     return rows
@@ -421,33 +420,42 @@ def decode_bytes_per_flop(
     context: int,
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
-    tokens_per_weight_read: float = 1.0,
+    tokens_per_pass: float = 1.0,
     kv_bytes_per_token: float | None = None,
 ) -> float:
     """HBM bytes per FLOP a decode step asks for (the workload's side of the balance):
 
-    (weights streamed / (B tau) + d x b_w + context x KV bytes/token) / FLOPs per token at
-    ``context``, with tau tokens accepted per weight pass (speculative decoding), d x b_w the
-    token's embedding row, and KV bytes/token from the model unless ``kv_bytes_per_token``
-    overrides it (e.g. to undo GQA). Weights streamed: :func:`lib.perf.roofline.weight_bytes_streamed`
-    (all but the embedding table; every expert, i.e. MoE at large batch). ``batch`` may be an
-    array (one value per batch).
+    (weights streamed / (B tau) + d x b_w + context x KV bytes/token / tau) / FLOPs per token at
+    ``context``, with tau the tokens each sequence accepts per forward pass (speculative decoding:
+    the verify pass reads the weights once for the whole batch and each sequence's KV once for
+    all its drafted positions, so both terms are shared by tau tokens), d x b_w the token's
+    embedding row, and KV bytes/token from the model unless ``kv_bytes_per_token`` overrides it
+    (e.g. to undo GQA). Weights streamed: :func:`lib.perf.roofline.weight_bytes_streamed` (all but
+    the embedding table; every expert, i.e. MoE at large batch). ``batch`` may be an array.
+    Compare it with :func:`bytes_per_flop` of the chip at the dtype the matmuls run in.
     """
     m = model(mdl)
     b = np.asarray(batch, dtype=float)
     if b.size == 0 or np.any(b < 1) or not np.all(np.isfinite(b)) or np.any(b != np.floor(b)):
         raise ValueError(f"batch must be an integer >= 1 (or an array of them), got {batch!r}")
     ctx = integer("context", context, 0)
-    real("tokens_per_weight_read", tokens_per_weight_read, 1)
+    tau = real("tokens_per_pass", tokens_per_pass, 1)
     kv = (
         m.kv_bytes_per_token(kv_dtype)
         if kv_bytes_per_token is None
         else real("kv_bytes_per_token", kv_bytes_per_token, 0)
     )
     row = lookup_bytes_read(m, 1, weight_dtype)
-    per_token_bytes = weight_bytes_streamed(m, weight_dtype) / (b * tokens_per_weight_read) + row + ctx * kv
+    per_token_bytes = weight_bytes_streamed(m, weight_dtype) / (b * tau) + row + ctx * kv / tau
     out = per_token_bytes / m.flops_per_token(ctx)
     return float(out) if out.ndim == 0 else out
+
+
+def matmul_dtype(weight_dtype: str, chip: str | GPU) -> str:
+    """The dtype a decode's matmuls run in: FP8 for FP8 (or FP4 on chips with an FP4 peak: FP4)
+    weights where the chip has that peak, else BF16 (weight-only formats dequantize)."""
+    g = gpu(chip)
+    return weight_dtype if weight_dtype in ("fp8", "fp4") and weight_dtype in g.dtypes else "bf16"
 
 
 def _packaging() -> dict:

@@ -1,4 +1,5 @@
-"""One decode step of a dense transformer, kernel by kernel: FLOPs, bytes, intensity, roofline time.
+"""One decode step of a dense transformer, kernel by kernel: the FLOP and byte inventory, intensity,
+and each kernel's roofline bound.
 
 A decode step runs ``batch`` sequences forward by one token each, every sequence attending to
 ``context`` cached tokens. Per layer the step launches weight GEMMs (QKV, O, gate/up, down),
@@ -20,6 +21,11 @@ exactly (while tp <= KV heads); the bytes add up to the weights actually touched
 embedding table contributes only ``batch`` rows) + KV read and written + activations.
 Covers dense GQA/MHA models; MoE and MLA models raise ValueError (see
 :func:`attention_decode_intensity` for MLA's attention alone).
+
+This is an inventory table, not a timing model: ``roofline_s`` (max of FLOPs / peak and bytes /
+bandwidth at datasheet peaks) is a per-kernel *bound* used to rank kernels. The step time (achieved
+bandwidth, fixed per-kernel cost, launch gaps, collectives, host) is
+:func:`lib.perf.step.decode_step`.
 """
 
 from __future__ import annotations
@@ -78,8 +84,9 @@ class KernelCost:
         return self.flops / self.bytes if self.bytes else 0.0
 
     @property
-    def time_s(self) -> float:
-        """Roofline time at datasheet peaks: max(FLOPs / peak, bytes / bandwidth)."""
+    def roofline_s(self) -> float:
+        """Roofline bound at datasheet peaks, seconds: max(FLOPs / peak, bytes / bandwidth).
+        A bound for ranking kernels, not a kernel's time (that is lib.perf.step)."""
         return self.roofline.time_s
 
     @property
@@ -223,7 +230,7 @@ def decode_step_kernels(
     4 per layer, as vLLM ships), 'full' (all elementwise work folded into GEMM/attention
     prologues and epilogues: their intermediate activation round trips vanish).
     Norm and embedding weights are read in ``act_dtype``; GEMM weights (LM head included) in
-    ``weight_dtype``; the cache in ``kv_dtype``. Roofline time uses ``compute_dtype`` peaks.
+    ``weight_dtype``; the cache in ``kv_dtype``. The roofline bound uses ``compute_dtype`` peaks.
     """
     m, g = model(mdl), gpu(chip)
     _check_model(m)
@@ -377,7 +384,9 @@ def kernels_per_layer(fusion: str, mdl: str | Model = "llama-3.1-8b") -> int:
 
 
 def step_totals(kernels: list[KernelCost]) -> dict[str, float]:
-    """Sums over a kernel table: flops, bytes, weight/kv/activation bytes, roofline time, launches."""
+    """Sums over a kernel table: flops, bytes, weight/kv/activation bytes, launches, and
+    ``roofline_s``, the sum of the kernels' roofline bounds (a floor for the step, not its time:
+    the step time is :func:`lib.perf.step.decode_step`)."""
     if not kernels:
         raise ValueError("kernels must be a non-empty list of KernelCost")
     return {
@@ -386,7 +395,7 @@ def step_totals(kernels: list[KernelCost]) -> dict[str, float]:
         "weight_bytes": sum(k.weight_bytes for k in kernels),
         "kv_bytes": sum(k.kv_bytes for k in kernels),
         "activation_bytes": sum(k.activation_bytes for k in kernels),
-        "time_s": sum(k.time_s for k in kernels),
+        "roofline_s": sum(k.roofline_s for k in kernels),
         "launches": sum(k.launches for k in kernels),
     }
 
@@ -464,8 +473,9 @@ def gemm_attention_crossover_batch(
 
 
 def kernel_table(kernels: list[KernelCost]) -> list[dict[str, float | str]]:
-    """Rows for display: name, category, launches, FLOPs, bytes, intensity, time, share, fix."""
-    total = step_totals(kernels)["time_s"]
+    """Rows for display: name, category, launches, FLOPs, bytes, intensity, roofline bound and
+    its share of the summed bounds, fix."""
+    total = step_totals(kernels)["roofline_s"]
     return [
         {
             "name": k.name,
@@ -474,8 +484,8 @@ def kernel_table(kernels: list[KernelCost]) -> list[dict[str, float | str]]:
             "flops": k.flops,
             "bytes": k.bytes,
             "intensity": k.intensity,
-            "time_s": k.time_s,
-            "share": k.time_s / total if total else 0.0,
+            "roofline_s": k.roofline_s,
+            "share": k.roofline_s / total if total else 0.0,
             "fix": k.fix,
         }
         for k in kernels
@@ -493,9 +503,9 @@ def time_crossover_batch(
     compute_dtype: str = "bf16",
     max_batch: int = 1 << 16,
 ) -> int | None:
-    """Smallest batch at which the attention kernel's roofline time reaches ``gemm``'s.
+    """Smallest batch at which the attention kernel's roofline bound reaches ``gemm``'s.
 
-    Both times are summed over one step (the per-layer kernels over all layers, the LM head
+    Both bounds are summed over one step (the per-layer kernels over all layers, the LM head
     once). Attention time grows with batch x context; a memory-bound GEMM's barely moves, so
     this flip depends on context (unlike the intensity flip). Bisection over integer batches
     on the full kernel table; None if it does not happen by ``max_batch``.
@@ -511,7 +521,7 @@ def time_crossover_batch(
                 mdl, chip, b, context, tp, weight_dtype, kv_dtype, "bf16", compute_dtype
             )
         }
-        return ks["attention"].time_s - ks[gemm].time_s  # both summed over one whole step
+        return ks["attention"].roofline_s - ks[gemm].roofline_s  # both summed over one whole step
 
     if gap(max_batch) < 0:
         return None

@@ -2,8 +2,8 @@
 
     J/token = P / X       (watts over tokens/s)
 
-X moves with batch size along the step-time line of :mod:`lib.perf.throughput` (tens of times
-between batch 1 and a full batch); P is pinned between a memory-bound floor and the TDP cap.
+X moves with batch size along the modelled decode step (:func:`lib.perf.step.decode_step`, read
+through :mod:`lib.perf.throughput`: tens of times between batch 1 and a full batch); P is pinned between a memory-bound floor and the TDP cap.
 Power figures that are not datasheet facts (idle and decode-floor fractions of TDP, server
 overhead, PUE, HBM energy per bit) come from ``data/power_assumptions.yaml``.
 SI units: watts, joules, tokens/s, bytes/s.
@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.inputs import fraction, integer, real
-from lib.perf.throughput import StepLine
+from lib.inputs import fraction, real
+from lib.perf import throughput as tput
+from lib.perf.deployment import Deployment
+from lib.perf.step import StepAssumptions
 from lib.registry.data import load_yaml
 from lib.registry.hardware import GPU, gpu
 
@@ -64,30 +66,42 @@ def board_power_w(chip: str | GPU, load: float, floor_fraction: float | None = N
     return g.tdp_w * (f + (1 - f) * u)
 
 
-def decode_load(line: StepLine, batch):
+def _batches(batch) -> np.ndarray:
+    b = np.atleast_1d(np.asarray(batch, dtype=float))
+    if b.size == 0 or np.any(b < 1) or np.any(~np.isfinite(b)) or np.any(b != np.floor(b)):
+        raise ValueError(f"batch must be an integer >= 1 (or an array of them), got {batch!r}")
+    return b.astype(int)
+
+
+def decode_load(dep: Deployment, context: int, batch, assume: StepAssumptions | None = None):
     """Load proxy in [0, 1]: how far throughput has climbed from batch 1 towards its ceiling,
-    (X(B) - X(1)) / (1/c - X(1)); 0 at batch 1, -> 1 as B -> infinity."""
-    b = np.asarray(batch, dtype=float)
-    if np.any(b < 1) or np.any(~np.isfinite(b)):
-        raise ValueError(f"batch must be finite and >= 1, got {batch!r}")
-    x1, ceil = line.throughput(1), line.ceiling_tokens_per_s
-    out = np.clip((np.asarray(line.throughput(b)) - x1) / (ceil - x1), 0.0, 1.0)
-    return float(out) if out.ndim == 0 else out
+    (X(B) - X(1)) / (ceiling - X(1)) on the modelled step (:mod:`lib.perf.throughput`);
+    0 at batch 1, -> 1 as B -> infinity."""
+    bs = _batches(batch)
+    x1 = tput.tokens_per_s(dep, 1, context, assume)
+    ceil = tput.throughput_ceiling(dep, context, assume)
+    x = np.array([tput.tokens_per_s(dep, int(b), context, assume) for b in bs])
+    out = np.clip((x - x1) / (ceil - x1), 0.0, 1.0)
+    return float(out[0]) if np.ndim(batch) == 0 else out
 
 
 def decode_energy(
-    line: StepLine, chip: str | GPU, n_gpus: int, batch, floor_fraction: float | None = None
+    dep: Deployment, context: int, batch, floor_fraction: float | None = None,
+    assume: StepAssumptions | None = None,
 ) -> dict[str, np.ndarray | float]:
-    """Throughput, power and J/token of a decode replica of ``n_gpus`` GPUs at ``batch``.
+    """Throughput, power and J/token of one decode replica of ``dep`` at ``batch``.
 
-    X = B / t(B) (tokens/s of the replica); P = n_gpus x board_power_w(load(B));
-    J/token = P / X. Returns {'tokens_per_s', 'power_w', 'j_per_token', 'load'}.
+    X = B / t(B) (the modelled step, tokens/s of the replica); P = GPUs per replica x
+    board_power_w(load(B)); J/token = P / X. Returns {'tokens_per_s', 'power_w', 'j_per_token',
+    'load'}.
     """
-    n_gpus = integer("n_gpus", n_gpus, 1)
-    load = decode_load(line, batch)
-    loads = np.atleast_1d(np.asarray(load, dtype=float))
-    power = n_gpus * np.array([board_power_w(chip, u, floor_fraction) for u in loads])
-    x = np.atleast_1d(np.asarray(line.throughput(batch), dtype=float))
+    bs = _batches(batch)
+    x = np.array([tput.tokens_per_s(dep, int(b), context, assume) for b in bs])
+    x1 = tput.tokens_per_s(dep, 1, context, assume)
+    ceil = tput.throughput_ceiling(dep, context, assume)
+    loads = np.clip((x - x1) / (ceil - x1), 0.0, 1.0)
+    power = dep.gpus_per_replica * np.array(
+        [board_power_w(dep.chip, u, floor_fraction) for u in loads])
     j = joules_per_token(power, x)
     scalar = np.ndim(batch) == 0
     pick = (lambda a: float(np.asarray(a).reshape(-1)[0])) if scalar else (lambda a: np.asarray(a))

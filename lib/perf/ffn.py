@@ -6,13 +6,15 @@ GPUs (gate/up column-parallel, down row-parallel, one all-reduce of the output):
 
     compute  = 2 k T d f / n / P                                   (FLOP / FLOP/s)
     HBM      = [k d f b_w / n + T a(n) b_a] / W                    (weights + activations)
-    comm     = alpha(n) + 2 (n - 1) / n x T d b_a / B              (ring all-reduce)
+    comm     = alpha(n) + 2 (n - 1) / n x T d b_a / (B e)          (ring all-reduce, one node)
 
 ``a(n)`` is the activation elements per token that cross HBM: fused (each intermediate written
 once and read once) ``2d + 2f/n``; unfused SwiGLU (separate SiLU-and-mul kernel) ``2d + 6f/n``;
-unfused GELU ``2d + 4f/n``. ``P`` is the dense peak, ``W`` the HBM bandwidth, ``B`` the link
-bandwidth per direction per GPU (NVLink inside a node, the NIC across nodes) and ``alpha`` the
-per-call latency. The largest of the three binds; the all-reduce waits on the down projection,
+unfused GELU ``2d + 4f/n``. ``P`` is the dense peak, ``W`` the HBM bandwidth, ``B e`` the
+achieved per-direction bandwidth of the vendor's scale-up link and ``alpha`` the per-call latency,
+both from :mod:`lib.perf.collectives` (the one collective model: groups larger than a node go
+hierarchical over the node's NICs). Where two costs cross is not where the total is smallest:
+the small-T time a/n + b + c n is lowest at n = sqrt(a/c), past the crossover a/n = b + c n. The largest of the three binds; the all-reduce waits on the down projection,
 so without overlap the layer takes ``max(compute, HBM) + comm``. SI units inside.
 """
 
@@ -22,17 +24,14 @@ import math
 from dataclasses import dataclass
 
 from lib.inputs import integer, real
-from lib.perf.tpdecode import allreduce_latency_s
+from lib.perf import collectives
 from lib.registry.dtypes import bytes_per_element
 from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
 
 MLP_KINDS = ("swiglu", "gelu")
-LINKS = ("auto", "nvlink", "network")
+LINKS = ("auto",)  # the fabric follows from the group size (lib.perf.collectives); kept for the explorer
 BOUNDS = ("compute", "HBM", "comm latency", "comm bandwidth")
-GPUS_PER_NODE = 8
-
-
 @dataclass(frozen=True)
 class FFNShape:
     """An FFN's widths and form: ``kind`` is 'swiglu' (3 matrices) or 'gelu' (2 matrices)."""
@@ -78,29 +77,31 @@ def activation_elements_per_token(shape: FFNShape, tp: int, fused: bool = True) 
     return 2 * shape.d_model + c_f * shape.d_ff / tp
 
 
-def link_for(tp: int, link: str = "auto") -> str:
-    """'nvlink' or 'network' for a TP group of ``tp``: ``auto`` stays on NVLink within a node of 8."""
-    tp = integer("tp", tp, 1)
+def _check_link(link: str) -> None:
     if link not in LINKS:
-        raise ValueError(f"link must be one of {', '.join(LINKS)}; got {link!r}")
-    if link == "auto":
-        return "nvlink" if tp <= GPUS_PER_NODE else "network"
-    return link
-
-
-def link_params(chip: str | GPU, tp: int, link: str = "auto") -> tuple[float, float]:
-    """(bytes/s per direction per GPU, per-call latency s) of the all-reduce link for ``tp`` GPUs."""
-    g = gpu(chip)
-    kind = link_for(tp, link)
-    if tp == 1:
-        return math.inf, 0.0
-    bw = g.scaleup_bandwidth if kind == "nvlink" else g.scaleout_bandwidth
-    if not bw:
         raise ValueError(
-            f"{g.name} has no {kind} bandwidth in data/hardware.yaml; pick tp=1, another link or GPU"
+            f"link must be 'auto' (the fabric follows from the TP degree: the scale-up link inside a node "
+            f"of {collectives.gpus_per_node()}, hierarchical over the node's NICs beyond); got {link!r}"
         )
-    alpha = allreduce_latency_s(tp, "nccl-ring-ll" if kind == "nvlink" else "network")
-    return bw, alpha
+
+
+def comm_fabric(chip: str | GPU, tp: int) -> str:
+    """Name of the fabric(s) an all-reduce over ``tp`` GPUs of ``chip`` crosses (from lib.perf.collectives):
+    e.g. 'NVLink', 'Infinity Fabric', 'PCIe', 'NVLink + network'; 'none' at tp = 1."""
+    return collectives.collective("all_reduce", 1.0, integer("tp", tp, 1), chip).fabric
+
+
+def comm_params(chip: str | GPU, tp: int, d_model: int, act_dtype: str = "bf16") -> tuple[float, float]:
+    """(latency s, bandwidth s per token) of the FFN's all-reduce of T x d activations over ``tp`` GPUs.
+
+    Both from :func:`lib.perf.collectives.collective` (ring; hierarchical past one node): the
+    bandwidth term is linear in the message, so one token's d x b_a bytes give the slope.
+    """
+    tp = integer("tp", tp, 1)
+    if tp == 1:
+        return 0.0, 0.0
+    one = collectives.collective("all_reduce", d_model * bytes_per_element(act_dtype), tp, chip)
+    return one.latency_s, one.bandwidth_s
 
 
 @dataclass(frozen=True)
@@ -186,17 +187,19 @@ def cost_lines(
 ) -> CostLines:
     """Slopes and intercepts of the three costs on one of ``tp`` GPUs.
 
-    c = 2 k d f / (n P); h0 = k d f b_w / (n W); h = a(n) b_a / W;
-    alpha = alpha(n) (0 at n = 1); m = 2 (n - 1) / n x d b_a / B.
+    c = 2 k d f / (n P); h0 = k d f b_w / (n W); h = a(n) b_a / W; alpha and m: the latency and
+    per-token bandwidth seconds of the all-reduce from :func:`comm_params` (lib.perf.collectives:
+    the vendor's scale-up link inside a node, hierarchical over the node's NICs beyond).
     """
     if not isinstance(shape, FFNShape):
         raise ValueError(f"shape must be an FFNShape (see ffn_shape), got {type(shape).__name__}")
+    _check_link(link)
     g = gpu(chip)
     tp = integer("tp", tp, 1)
     if tp > shape.d_ff:
         raise ValueError(f"tp={tp} exceeds the FFN width {shape.d_ff}")
     b_w, b_a = bytes_per_element(weight_dtype), bytes_per_element(act_dtype)
-    bw, alpha = link_params(g, tp, link)
+    alpha, slope = comm_params(g, tp, shape.d_model, act_dtype)
     if allreduce_latency_override_s is not None:
         real("allreduce_latency_override_s", allreduce_latency_override_s, 0, unit="seconds")
         alpha = allreduce_latency_override_s if tp > 1 else 0.0
@@ -207,7 +210,7 @@ def cost_lines(
         hbm_intercept=k * d * f * b_w / (tp * w),
         hbm_slope=activation_elements_per_token(shape, tp, fused) * b_a / w,
         comm_latency=alpha,
-        comm_slope=2.0 * (tp - 1) / tp * d * b_a / bw if tp > 1 else 0.0,
+        comm_slope=slope,
     )
 
 
@@ -226,7 +229,8 @@ def ffn_cost(
     """Compute, HBM and communication time of one FFN layer for ``tokens`` tokens on each of ``tp`` GPUs.
 
     flops = 2 k T d f / n; weight bytes = k d f b_w / n; activation bytes = T a(n) b_a;
-    comm bytes = 2 (n - 1) / n T d b_a (ring all-reduce, per GPU). Datasheet roofs throughout.
+    comm bytes = 2 (n - 1) / n T d b_a (ring all-reduce, per GPU), priced by lib.perf.collectives.
+    Datasheet roofs for compute and HBM.
     """
     lines = cost_lines(
         shape,
@@ -247,7 +251,7 @@ def ffn_cost(
         shape,
         tokens,
         tp,
-        link_for(tp, link),
+        comm_fabric(chip, tp),
         2.0 * k * tokens * d * f / tp,
         k * d * f * b_w / tp,
         tokens * activation_elements_per_token(shape, tp, fused) * b_a,
@@ -293,19 +297,18 @@ def compute_comm_boundary_tokens(
     act_dtype: str = "bf16",
     compute_dtype: str = "bf16",
 ) -> float:
-    """T where compute = comm: T* = alpha / (2 k d f / (n P) - 2 (n - 1) d b_a / (n B)).
+    """T where compute = comm: T* = alpha / (c - m) (c, m: compute and all-reduce seconds per token).
 
     ``inf`` when the all-reduce's bandwidth term grows at least as fast as compute: then
     comm exceeds compute at every T (see :func:`comm_compute_ratio`).
     """
+    _check_link(link)
     if tp == 1:
         return 0.0
     g = gpu(chip)
-    bw, alpha = link_params(g, tp, link)
+    alpha, m = comm_params(g, tp, shape.d_model, act_dtype)
     k, d, f = shape.matrices, shape.d_model, shape.d_ff
-    denom = 2 * k * d * f / (tp * g.peak_flops(compute_dtype)) - 2 * (
-        tp - 1
-    ) * d * bytes_per_element(act_dtype) / (tp * bw)
+    denom = 2 * k * d * f / (tp * g.peak_flops(compute_dtype)) - m
     return alpha / denom if denom > 0 else math.inf
 
 
@@ -318,21 +321,20 @@ def hbm_comm_boundary_tokens(
     act_dtype: str = "bf16",
     fused: bool = True,
 ) -> float:
-    """T where HBM = comm: k d f b_w/(n W) + T a b_a / W = alpha + T 2 (n-1) d b_a / (n B).
+    """T where HBM = comm: k d f b_w/(n W) + T a b_a / W = alpha + T m.
 
-    T* = (alpha - k d f b_w / (n W)) / (a b_a / W - 2 (n - 1) d b_a / (n B)). ``nan`` when the
-    two lines never cross at T >= 0 (one is above the other everywhere).
+    T* = (alpha - k d f b_w / (n W)) / (a b_a / W - m). ``nan`` when the two lines never cross at
+    T >= 0 (one is above the other everywhere).
     """
+    _check_link(link)
     if tp == 1:
         return math.nan
     g = gpu(chip)
-    bw, alpha = link_params(g, tp, link)
+    alpha, m = comm_params(g, tp, shape.d_model, act_dtype)
     k, d, f = shape.matrices, shape.d_model, shape.d_ff
     b_a = bytes_per_element(act_dtype)
     num = alpha - k * d * f * bytes_per_element(weight_dtype) / (tp * g.memory_bandwidth)
-    den = activation_elements_per_token(shape, tp, fused) * b_a / g.memory_bandwidth - 2 * (
-        tp - 1
-    ) * d * b_a / (tp * bw)
+    den = activation_elements_per_token(shape, tp, fused) * b_a / g.memory_bandwidth - m
     if den == 0:
         return math.nan
     t = num / den
@@ -342,11 +344,12 @@ def hbm_comm_boundary_tokens(
 def comm_latency_bandwidth_tokens(
     shape: FFNShape, chip: str | GPU, tp: int, link: str = "auto", act_dtype: str = "bf16"
 ) -> float:
-    """T where the all-reduce's latency equals its bandwidth term: T* = alpha n B / (2 (n - 1) d b_a)."""
+    """T where the all-reduce's latency equals its bandwidth term: T* = alpha / m."""
+    _check_link(link)
     if tp == 1:
         return math.nan
-    bw, alpha = link_params(chip, tp, link)
-    return alpha * tp * bw / (2 * (tp - 1) * shape.d_model * bytes_per_element(act_dtype))
+    alpha, m = comm_params(chip, tp, shape.d_model, act_dtype)
+    return alpha / m
 
 
 def comm_compute_ratio(
@@ -357,63 +360,117 @@ def comm_compute_ratio(
     act_dtype: str = "bf16",
     compute_dtype: str = "bf16",
 ) -> float:
-    """Large-T limit of comm / compute time: (n - 1) b_a P / (k f B). Independent of T and d."""
+    """Large-T limit of comm / compute time: m / c = m n P / (2 k d f).
+
+    Inside a node (ring on the scale-up link, B per direction, bus efficiency e) this is
+    (n - 1) b_a P / (k f B e), independent of T and d.
+    """
+    _check_link(link)
     if tp == 1:
         return 0.0
     g = gpu(chip)
-    bw, _ = link_params(g, tp, link)
-    return (
-        (tp - 1)
-        * bytes_per_element(act_dtype)
-        * g.peak_flops(compute_dtype)
-        / (shape.matrices * shape.d_ff * bw)
-    )
-
-
-def _check_explicit_link(link: str) -> None:
-    if link not in ("nvlink", "network"):
-        raise ValueError(f"link must be 'nvlink' or 'network' here, got {link!r}")
+    _, m = comm_params(g, tp, shape.d_model, act_dtype)
+    c = 2.0 * shape.matrices * shape.d_model * shape.d_ff / (tp * g.peak_flops(compute_dtype))
+    return m / c
 
 
 def comm_binds_tp(
     shape: FFNShape,
     chip: str | GPU,
-    link: str = "nvlink",
     act_dtype: str = "bf16",
     compute_dtype: str = "bf16",
 ) -> float:
-    """TP degree past which the all-reduce outlasts the matmuls at any T: n = 1 + k f B / (b_a P)."""
+    """TP degree (real) past which a ring all-reduce on the scale-up link outlasts the matmuls at
+    any T: n = 1 + k f B e / (b_a P), B the link's per-direction bytes/s and e its bus efficiency
+    (lib.perf.collectives.intra_node_fabric). On a full mesh (Infinity Fabric) the group's
+    bandwidth grows as n - 1 links, so the ratio does not move with n: 1.0 if the link binds at
+    every n > 1, ``inf`` if never. Meaningful only up to a node's GPUs; past a node see
+    :func:`comm_binds_from_tp`."""
     g = gpu(chip)
-    _check_explicit_link(link)
-    bw = g.scaleup_bandwidth if link == "nvlink" else g.scaleout_bandwidth
-    if not bw:
-        raise ValueError(f"{g.name} has no {link} bandwidth in data/hardware.yaml")
-    return 1 + shape.matrices * shape.d_ff * bw / (
+    fab = collectives.intra_node_fabric(g)
+    headroom = shape.matrices * shape.d_ff * fab.peer_bandwidth * fab.bus_efficiency / (
         bytes_per_element(act_dtype) * g.peak_flops(compute_dtype)
     )
+    if fab.mesh:
+        return 1.0 if headroom <= 1 else math.inf
+    return 1 + headroom
 
 
-def decode_comm_crossover_tp(
-    shape: FFNShape, chip: str | GPU, link: str = "nvlink", weight_dtype: str = "bf16"
+def group_sizes(max_tp: int = 64) -> list[int]:
+    """TP degrees a group can take: 1 .. gpus_per_node, then whole nodes up to ``max_tp``."""
+    per_node = collectives.gpus_per_node()
+    max_tp = integer("max_tp", max_tp, 1)
+    return [n for n in range(1, max_tp + 1) if n <= per_node or n % per_node == 0]
+
+
+def comm_binds_from_tp(
+    shape: FFNShape,
+    chip: str | GPU,
+    act_dtype: str = "bf16",
+    compute_dtype: str = "bf16",
+    max_tp: int = 64,
 ) -> float:
-    """TP degree (real) at which the all-reduce latency equals the per-GPU weight read as T -> 0.
+    """Smallest group size (of :func:`group_sizes`) at which the all-reduce outlasts the matmuls at
+    large T (:func:`comm_compute_ratio` >= 1, hierarchical past a node); ``inf`` if none up to ``max_tp``."""
+    for n in group_sizes(max_tp):
+        if n <= shape.d_ff and comm_compute_ratio(shape, chip, n, "auto", act_dtype, compute_dtype) >= 1:
+            return float(n)
+    return math.inf
 
-    k d f b_w / (n W) = alpha(n). NVLink (NCCL ring, alpha = a + 2 c (n - 1)): positive root of
-    2 c n^2 + (a - 2 c) n - k d f b_w / W = 0; network (flat alpha): n = k d f b_w / (W alpha).
-    Past it, a decode FFN waits longer on the all-reduce than on HBM.
+
+def _decode_ring_terms(shape: FFNShape, chip: str | GPU, weight_dtype: str) -> tuple[float, float, float]:
+    """(a, b, c) of the small-T FFN time on the scale-up ring: a / n + b + c n, seconds.
+
+    a = k d f b_w / W (the weight read on one GPU); the ring latency alpha(n) = base + 2 (n - 1) s
+    gives b = base - 2 s and c = 2 s (``collectives.<fabric>.ring_ll``). PCIe and network
+    latencies are flat: c = 0.
     """
-    from lib.registry.data import load_yaml
+    from lib.registry import assumptions as assume
     from lib.units import US
 
     g = gpu(chip)
-    _check_explicit_link(link)
-    read = shape.weight_params * bytes_per_element(weight_dtype) / g.memory_bandwidth
-    if link == "network":
-        return read / allreduce_latency_s(2, "network")
-    d = load_yaml("assumptions.yaml")["collectives"]["nvlink"]["ring_ll"]
-    a, c = d["base_us"] * US, d["per_step_us"] * US
-    qa, qb = 2 * c, a - 2 * c
-    return (-qb + math.sqrt(qb * qb + 4 * qa * read)) / (2 * qa)
+    a = shape.weight_params * bytes_per_element(weight_dtype) / g.memory_bandwidth
+    fab = collectives.intra_node_fabric(g)
+    if fab.key in ("nvlink", "infinity_fabric"):
+        ll = assume.entry(f"collectives.{fab.key}.ring_ll")
+        return a, (ll["base_us"] - 2 * ll["per_step_us"]) * US, 2 * ll["per_step_us"] * US
+    return a, fab.alpha_s(2, 2), 0.0
+
+
+def decode_comm_crossover_tp(shape: FFNShape, chip: str | GPU, weight_dtype: str = "bf16") -> float:
+    """TP degree (real) at which the ring all-reduce latency equals the per-GPU weight read as T -> 0.
+
+    a / n = b + c n, positive root n = (-b + sqrt(b^2 + 4 a c)) / (2 c) (n = a / b for a flat
+    latency). This is a CROSSOVER (two costs equal), not the best TP: the time a / n + b + c n
+    still falls past it, down to :func:`decode_optimal_tp`.
+    """
+    a, b, c = _decode_ring_terms(shape, chip, weight_dtype)
+    if c == 0:
+        return a / b
+    return (-b + math.sqrt(b * b + 4 * a * c)) / (2 * c)
+
+
+def decode_optimal_tp(shape: FFNShape, chip: str | GPU, weight_dtype: str = "bf16") -> float:
+    """TP degree (real) that minimises the small-T FFN time a / n + b + c n on the scale-up ring:
+    n* = sqrt(a / c) (``inf`` for a flat latency: then more GPUs always help on this link).
+
+    A continuous value on one link model: a real group stops at the node (see
+    :func:`decode_best_tp`, which prices larger groups hierarchically)."""
+    a, _, c = _decode_ring_terms(shape, chip, weight_dtype)
+    return math.sqrt(a / c) if c > 0 else math.inf
+
+
+def decode_best_tp(
+    shape: FFNShape,
+    chip: str | GPU,
+    tokens: float = 1,
+    max_tp: int = 64,
+    **kwargs,
+) -> int:
+    """Group size (of :func:`group_sizes`, each priced by :func:`ffn_cost`, hierarchical past a node)
+    with the smallest un-overlapped layer time max(compute, HBM) + comm at ``tokens``."""
+    sizes = [n for n in group_sizes(max_tp) if n <= shape.d_ff]
+    return min(sizes, key=lambda n: ffn_cost(shape, chip, tokens, n, "auto", **kwargs).serial_s)
 
 
 def _bound_codes(lines: CostLines, tokens):

@@ -8,6 +8,12 @@ touches) plus the KV cache it reads, each byte once however many tensor-parallel
 a replica; the step time is one decode step, not 1 / throughput; the denominator is the
 datasheet bandwidth of every GPU in the replica, in the same byte unit as the numerator
 (Databricks' definition, made precise). SI units: bytes, seconds, bytes/s.
+
+The bytes here are counted from the parameters (the definition a dashboard should use); the
+modelled step and its MBU (``DecodeStep.mbu = mbu_floor_s / total_s``) come from the one
+decode-step model, :func:`lib.perf.step.decode_step`, which sums the same bytes kernel by
+kernel: the two counts agree to a few parts per million (the step model leaves out the
+embedding rows and norm weights, a few KB), which makes each a check on the other.
 """
 
 from __future__ import annotations
@@ -15,8 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lib.inputs import fraction, integer, real
-from lib.perf.roofline import lookup_bytes_read, weight_bytes_read_per_step, weight_bytes_streamed
-from lib.perf.tpdecode import DecodeStep, kv_read_fraction
+from lib.perf.deployment import Deployment
+from lib.perf.roofline import (
+    kv_shard_fraction,
+    lookup_bytes_read,
+    weight_bytes_read_per_step,
+    weight_bytes_streamed,
+)
+from lib.perf.step import DecodeStep
 from lib.registry.dtypes import bytes_per_element
 from lib.registry.hardware import gpu
 from lib.registry.models import Model, model
@@ -72,7 +84,7 @@ def step_bytes(
         weights_all_experts=weight_bytes_streamed(m, weight_dtype)
         + lookup_bytes_read(m, batch, weight_dtype),
         kv=kv,
-        kv_summed_over_ranks=kv * tp * kv_read_fraction(m, tp),
+        kv_summed_over_ranks=kv * tp * kv_shard_fraction(m, tp),
     )
 
 
@@ -99,6 +111,13 @@ class Scenario:
         )
         real("step_s", self.step_s, 0, low_open=True, unit="seconds")
         fraction("busy_fraction", self.busy_fraction, allow_zero=False)
+        self.deployment  # noqa: B018 - a server that cannot exist (TP, weights that do not fit) is refused
+
+    @property
+    def deployment(self) -> Deployment:
+        """The replica as a validated :class:`~lib.perf.deployment.Deployment`."""
+        return Deployment(self.model, self.gpu, tp=self.tp, weight_dtype=self.weight_dtype,
+                          kv_dtype=self.kv_dtype)
 
     @property
     def bytes(self) -> StepBytes:
@@ -230,13 +249,13 @@ BUCKET_INFO = {
         "attention kernels",
     ),
     "allreduce": (
-        "tensor-parallel all-reduces",
-        "Nsight Systems: all-reduce kernel time x calls per step",
+        "tensor-parallel collectives",
+        "Nsight Systems: all-reduce / all-gather kernel time x calls per step",
         "distributed/comms",
     ),
-    "small_kernels": (
-        "norms, rotary, KV write, activation",
-        "Nsight Systems kernel summary: count x median duration",
+    "kernel_fixed": (
+        "per-kernel fixed time",
+        "Nsight Systems kernel summary: count x median duration of the norm, rotary, activation kernels",
         "compiler/fusion",
     ),
     "launch_gaps": (
@@ -294,18 +313,22 @@ class Diagnosis:
 def diagnose(step: DecodeStep, measured_mbu: float) -> Diagnosis:
     """Split the gap between a step's floor and the step implied by ``measured_mbu``.
 
+    ``step``: the modelled step of the same replica (:func:`lib.perf.step.decode_step`).
+
     floor = unique bytes / bandwidth (``step.mbu_floor_s``); measured step = floor / measured_mbu;
     buckets = the modelled overheads of ``step``, replicated KV reads first;
     residual = measured - floor - sum(buckets) (what the priors do not explain: the profile's job).
     """
+    if not isinstance(step, DecodeStep):
+        raise ValueError(f"step must be a lib.perf.step.DecodeStep, got {type(step).__name__}")
     fraction("measured_mbu", measured_mbu, allow_zero=False)
     b = step.buckets
     buckets = {
         "kv_replication": b["kv_cache"] - b["kv_cache"] / step.kv_copies,
         "weight_bandwidth_shortfall": b["weight_bandwidth_shortfall"],
         "kv_bandwidth_shortfall": b["kv_bandwidth_shortfall"],
-        "allreduce": b["allreduce_latency"] + b["allreduce_bandwidth"],
-        "small_kernels": b["small_kernels"],
+        "allreduce": step.collective_s,
+        "kernel_fixed": b["kernel_fixed"],
         "launch_gaps": b["launch_gaps"],
         "sampling": b["sampling"],
         "scheduler": b["scheduler"],

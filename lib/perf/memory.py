@@ -949,6 +949,32 @@ def scheduler_break_context(budget: MemoryBudget, share: float | None = None) ->
     return int(s * budget.num_blocks) * budget.block_size
 
 
+def ttft_break_context(dep, ttft_slo_s: float, mfu: float | None = None) -> int:
+    """Longest prompt (tokens) whose prefill alone fits in ``ttft_slo_s``: the largest P with
+    :func:`lib.perf.prefill.prefill_time` (dep, P) <= SLO (compute at the compute-only MFU, weight
+    read, TP all-reduces), by bisection; 0 when even one token does not fit. The compute-only
+    closed form :func:`lib.perf.prefill.prompt_len_for_time` bounds it from above.
+    """
+    from lib.perf.prefill import default_mfu, prefill_time, prompt_len_for_time
+
+    slo = real("ttft_slo_s", ttft_slo_s, 0, low_open=True, unit="seconds")
+    mfu = default_mfu(mfu)
+
+    def fits(n: int) -> bool:
+        return prefill_time(dep, n, mfu=mfu).time_s <= slo
+
+    if not fits(1):
+        return 0
+    lo = 1
+    hi = int(prompt_len_for_time(dep.mdl, dep.chip, slo, dep.tp, mfu, dep.compute_dtype)) + 2
+    if fits(hi):  # not reached while time >= compute time; kept as a guard
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
 def capped_long_prefill_s(
     mdl: str | Model,
     chip: str | GPU,

@@ -5,8 +5,10 @@ cache puts on decode batching (capacity and bandwidth).
 All quantities SI: FLOP, FLOP/s, bytes, bytes/s, seconds. A "replica" is ``n_gpus`` GPUs
 holding one copy of the model with tensor parallelism: FLOPs, weights and (up to the KV-head
 count) the KV cache split evenly. Assumption values live in ``data/assumptions.yaml``
-(MFU) and ``data/serving_memory.yaml`` (memory utilization) and come in as arguments; nothing
-here hides a default efficiency below 1 except where the docstring says so.
+and come in as arguments; nothing here hides a default efficiency below 1 except where the
+docstring says so. THE prefill time is :func:`prefill_time` (compute at the compute-only MFU,
+weight read, and the TP all-reduce traffic that grows with the tokens, charged once);
+:func:`prefill_estimate` is its per-GPU roofline part without communication, exact only at one GPU.
 """
 
 from __future__ import annotations
@@ -339,17 +341,23 @@ def prefill_time(dep, prompt_len: int, batch: int = 1, mfu: float | None = None)
     return PrefillTime(est, comm)
 
 
-def ttft_s(
-    estimate: PrefillEstimate, queue_s: float = 0.0, comm_s: float = 0.0, overhead_s: float = 0.0
-) -> float:
-    """Time to first token = queueing + prefill + non-overlapped communication + fixed overhead.
+def ttft_s(prefill: PrefillTime | PrefillEstimate, queue_s: float = 0.0, overhead_s: float = 0.0) -> float:
+    """Time to first token = queueing + prefill + fixed overhead, seconds.
 
-    The first output token is sampled from the prefill pass's last logits, so no decode step
-    is added. Pass queue_s = 0 to state a TTFT with queueing excluded.
+    ``prefill`` is a :class:`PrefillTime` (from :func:`prefill_time`: its tensor-parallel
+    all-reduces are already in it, so none is added here) or, for one GPU, a
+    :class:`PrefillEstimate`. The first output token is sampled from the prefill pass's last
+    logits, so no decode step is added. Pass queue_s = 0 to state a TTFT with queueing excluded.
     """
-    for name, v in (("queue_s", queue_s), ("comm_s", comm_s), ("overhead_s", overhead_s)):
+    if isinstance(prefill, PrefillEstimate) and prefill.n_gpus > 1:
+        raise ValueError(
+            "a PrefillEstimate at n_gpus > 1 lacks its all-reduce traffic: pass prefill_time(dep, ...) instead"
+        )
+    if not isinstance(prefill, PrefillTime | PrefillEstimate):
+        raise ValueError(f"prefill must be a PrefillTime or PrefillEstimate, got {type(prefill).__name__}")
+    for name, v in (("queue_s", queue_s), ("overhead_s", overhead_s)):
         real(name, v, 0, unit="seconds")
-    return queue_s + estimate.time_s + comm_s + overhead_s
+    return queue_s + prefill.time_s + overhead_s
 
 
 def prompt_len_for_time(

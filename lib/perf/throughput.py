@@ -1,294 +1,231 @@
-"""Decode throughput as a function of batch: the step-time line, its hyperbola, the knee and the KV ceiling.
+"""Decode throughput against batch, read off the one step model, and the KV ceiling on the batch.
 
-One decode step of ``B`` sequences on a memory-bound server costs, per GPU,
+Every number here is a view of :func:`lib.perf.step.decode_step` (the step time) and of
+:attr:`lib.perf.deployment.Deployment.budget` (the KV capacity on driver-visible memory); this
+module writes no step or capacity formula of its own.
 
-    t(B) = t0 + B * c,
-    t0 = weight bytes streamed / tp / W_eff             (read every weight once per step)
-    c  = context * KV bytes/token * shard / W_eff       (each sequence reads its own KV cache)
-       + d * b / tp / W_eff                              (and its row of the embedding table)
-       + FLOPs per token at ``context`` / tp / P_eff     (each sequence's matmuls and attention)
+Throughput of a replica at batch B is X(B) = B / t(B), with t(B) the modelled step. Each kernel
+of the step lasts max(memory, compute) (a weight read and its GEMM overlap), so t(B) is piecewise
+linear and convex in B: flat-ish while the GEMMs stream weights, steeper once they turn
+compute-bound. Read off it:
 
-with W_eff = bandwidth x bandwidth_efficiency and P_eff = peak x mfu. Adding the compute term
-to the memory terms (rather than taking the max) is the no-overlap model: an upper bound on
-the roofline step, exact when memory and compute do not overlap, and within c_compute / c of
-the overlapped bound. Throughput X(B) = B / t(B) is a hyperbola rising to the ceiling 1 / c.
-Its knee, B* = t0 / c, is where the fixed and the per-sequence costs are equal: throughput is
-half the ceiling and the step (the per-token latency) has doubled from t0.
+* the ceiling, lim B->inf X(B) = 1 / t'(inf): the inverse of what one more sequence costs once
+  every kernel is in its large-batch regime (KV read, GEMM FLOPs, logits, collective bytes);
+* the knee, the batch at which X reaches half the ceiling (and, generally, the batch for any
+  fraction f of it), found by bisection over the batch on the modelled step;
+* the batch a per-token latency budget allows, and the batch at which the weight GEMMs turn
+  compute-bound;
+* the KV ceiling on the batch: ``Deployment.budget.max_concurrency(context)`` (a fraction:
+  1.99 sequences, not 1).
 
-All quantities SI: seconds, bytes, tokens/s. The weights streamed are
-:func:`lib.perf.roofline.weight_bytes_streamed` (all but the embedding table, which a step reads
-one row per sequence). For MoE models t0 reads every expert (the large-batch limit; see
-:mod:`lib.perf.moe` for the batch-dependent count).
+SI units: seconds, bytes, tokens/s. A knee is where two costs are equal (fixed vs per-sequence),
+not an optimum of anything.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
-import numpy as np
 
 from lib.inputs import fraction, integer, real
-from lib.perf.memory import default_memory_utilization, kv_capacity_sequences
-from lib.perf.roofline import kv_shard_fraction, lookup_bytes_read, weight_bytes_streamed
-from lib.registry.hardware import GPU, gpu
-from lib.registry.models import Model, model
+from lib.perf.deployment import Deployment
+from lib.perf.step import StepAssumptions, decode_step, kv_read_fraction
+
+LARGE_BATCH = 1 << 20  # far past every kernel's ridge: the step is linear in B from here on
 
 
-def _check_tp(m: Model, tp: int) -> int:
-    tp = integer("tp", tp, 1)
-    if m.num_attention_heads % tp:
+def _dep(dep) -> Deployment:
+    if not isinstance(dep, Deployment):
+        raise ValueError(f"dep must be a lib.perf.deployment.Deployment, got {type(dep).__name__}")
+    return dep
+
+
+def step_s(dep: Deployment, batch: int, context: int, assume: StepAssumptions | None = None) -> float:
+    """t(B): the modelled decode step of ``batch`` sequences at ``context`` tokens, seconds
+    (:func:`lib.perf.step.decode_step`)."""
+    return decode_step(_dep(dep), batch, context, assume).total_s
+
+
+def tokens_per_s(dep: Deployment, batch: int, context: int, assume: StepAssumptions | None = None) -> float:
+    """X(B) = B / t(B), output tokens/s of the replica (one token per sequence per step)."""
+    return decode_step(_dep(dep), batch, context, assume).tokens_per_s
+
+
+def _interp_step(dep, b: float, context: int, assume) -> float:
+    """t at a fractional batch: linear between the neighbouring integers (t is piecewise linear)."""
+    lo = max(1, math.floor(b))
+    t_lo = step_s(dep, lo, context, assume)
+    if b <= lo:
+        return t_lo
+    t_hi = step_s(dep, lo + 1, context, assume)
+    return t_lo + (b - lo) * (t_hi - t_lo)
+
+
+def per_sequence_buckets(dep: Deployment, context: int, assume: StepAssumptions | None = None) -> dict:
+    """What one more sequence adds to each bucket of the step at large batch, seconds:
+    (bucket(2N) - bucket(N)) / N at N = LARGE_BATCH, where every kernel is in its final regime.
+    They sum to :func:`per_sequence_s`."""
+    context = integer("context", context, 0, unit="tokens")
+    a = decode_step(_dep(dep), LARGE_BATCH, context, assume).buckets
+    b = decode_step(dep, 2 * LARGE_BATCH, context, assume).buckets
+    return {k: (b[k] - a[k]) / LARGE_BATCH for k in a}
+
+
+def per_sequence_s(dep: Deployment, context: int, assume: StepAssumptions | None = None) -> float:
+    """t'(inf): seconds one more sequence adds to a large-batch step (the slope of the step)."""
+    return sum(per_sequence_buckets(dep, context, assume).values())
+
+
+def throughput_ceiling(dep: Deployment, context: int, assume: StepAssumptions | None = None) -> float:
+    """lim B->inf B / t(B) = 1 / t'(inf), tokens/s of the replica: what no batch can pass."""
+    return 1.0 / per_sequence_s(dep, context, assume)
+
+
+def step_s_at(dep: Deployment, batch: float, context: int, assume: StepAssumptions | None = None) -> float:
+    """t at a fractional batch (>= 1): linear between the neighbouring integers, where the
+    modelled step is linear. For a fractional count such as ``budget.max_concurrency``."""
+    b = real("batch", batch, 1, unit="sequences")
+    return _interp_step(dep, b, integer("context", context, 0, unit="tokens"), assume)
+
+
+def batch_for_tokens_per_s(
+    dep: Deployment, context: int, target_tokens_per_s: float, assume: StepAssumptions | None = None
+) -> float:
+    """Smallest (fractional) batch whose replica throughput X(B) = B / t(B) reaches the target,
+    by bisection on the modelled step. math.inf when the target is at or above the ceiling;
+    below 1 when batch 1 already passes it (B = target x t(1))."""
+    target = real("target_tokens_per_s", target_tokens_per_s, 0, low_open=True, unit="tokens/s")
+    context = integer("context", context, 0, unit="tokens")
+    if target >= throughput_ceiling(dep, context, assume):
+        return math.inf
+
+    def x(b: int) -> float:
+        return tokens_per_s(dep, b, context, assume)
+
+    if x(1) >= target:
+        return target * step_s(dep, 1, context, assume)
+    lo, hi = 1, 2
+    while x(hi) < target:
+        lo, hi = hi, hi * 2
+        if hi > 4 * LARGE_BATCH:
+            return math.inf
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if x(mid) < target else (lo, mid)
+    # B / (t_lo + (B - lo) s) = target  =>  B = target (t_lo - lo s) / (1 - target s)
+    t_lo, t_hi = step_s(dep, lo, context, assume), step_s(dep, hi, context, assume)
+    s = t_hi - t_lo
+    return target * (t_lo - lo * s) / (1 - target * s)
+
+
+def batch_for_fraction(
+    dep: Deployment, context: int, fraction_of_ceiling: float, assume: StepAssumptions | None = None
+) -> float:
+    """Batch B at which X(B) = f x ceiling (f in (0, 1)): :func:`batch_for_tokens_per_s` at
+    f x :func:`throughput_ceiling` (integer bisection, then exact interpolation: t is linear
+    between integers)."""
+    f = real("fraction_of_ceiling", fraction_of_ceiling, 0, 1, low_open=True, high_open=True,
+             unit="(of the ceiling)")
+    context = integer("context", context, 0, unit="tokens")
+    return batch_for_tokens_per_s(dep, context, f * throughput_ceiling(dep, context, assume), assume)
+
+
+def knee_batch(dep: Deployment, context: int, assume: StepAssumptions | None = None) -> float:
+    """The knee: the batch at which throughput reaches half its ceiling (bisection on the step).
+
+    For a straight line t = t0 + B c it is t0 / c, where the fixed and per-sequence costs are
+    equal; it is a crossing of two costs, not an optimum."""
+    return batch_for_fraction(dep, context, 0.5, assume)
+
+
+def batch_for_step_time(
+    dep: Deployment, context: int, max_step_s: float, assume: StepAssumptions | None = None
+) -> float:
+    """Largest (fractional) batch whose modelled step fits in ``max_step_s`` (a per-token latency
+    budget), by bisection. Raises ValueError when even batch 1 exceeds the budget."""
+    real("max_step_s", max_step_s, 0, low_open=True, unit="seconds")
+    context = integer("context", context, 0, unit="tokens")
+    t1 = step_s(dep, 1, context, assume)
+    if t1 > max_step_s:
         raise ValueError(
-            f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
+            f"a step budget of {max_step_s:.3g} s is below the batch-1 step {t1:.3g} s: no batch meets it"
         )
-    return tp
+    lo, hi = 1, 2
+    while step_s(dep, hi, context, assume) <= max_step_s:
+        lo, hi = hi, hi * 2
+        if hi > 4 * LARGE_BATCH:
+            return math.inf
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if step_s(dep, mid, context, assume) <= max_step_s else (lo, mid)
+    t_lo, t_hi = step_s(dep, lo, context, assume), step_s(dep, hi, context, assume)
+    return lo + (max_step_s - t_lo) / (t_hi - t_lo)
 
 
-def _per_sequence_compute_s(
-    m: Model, g: GPU, context: int, tp: int, compute_dtype: str, mfu: float
-) -> float:
-    """c_F: one sequence's FLOPs at ``context`` on one of ``tp`` GPUs at mfu x peak, seconds."""
-    mfu = fraction("mfu", mfu, allow_zero=False)
-    return m.flops_per_token(context) / tp / (g.peak_flops(compute_dtype) * mfu)
-
-
-@dataclass(frozen=True)
-class StepLine:
-    """t(B) = fixed_s + B * (kv_s + row_s + compute_s), seconds per decode step on one GPU.
-
-    ``fixed_s`` (t0) is paid once per step; ``kv_s`` (its KV read), ``row_s`` (its embedding
-    row, d x b / tp bytes: negligible, kept so the line is exactly the roofline's bytes) and
-    ``compute_s`` once per sequence.
-    """
-
-    fixed_s: float
-    kv_s: float
-    compute_s: float
-    row_s: float = 0.0
-
-    def __post_init__(self):
-        for name in ("fixed_s", "kv_s", "compute_s", "row_s"):
-            real(name, getattr(self, name), 0, unit="seconds")
-        if self.per_sequence_s <= 0:
-            raise ValueError(
-                "the per-sequence cost kv_s + row_s + compute_s must be > 0 "
-                "(else throughput has no ceiling)"
-            )
-
-    @property
-    def per_sequence_s(self) -> float:
-        """c: seconds each extra sequence adds to a step."""
-        return self.kv_s + self.row_s + self.compute_s
-
-    def step_s(self, batch):
-        """t(B) = t0 + B c, seconds (scalar or array ``batch``)."""
-        b = np.asarray(batch, dtype=float)
-        if np.any(b < 0) or not np.all(np.isfinite(b)):
-            raise ValueError(f"batch must be finite and >= 0, got {batch!r}")
-        out = self.fixed_s + b * self.per_sequence_s
-        return float(out) if out.ndim == 0 else out
-
-    def throughput(self, batch):
-        """X(B) = B / (t0 + B c), tokens/s for the replica (one token per sequence per step)."""
-        b = np.asarray(batch, dtype=float)
-        out = b / np.asarray(self.step_s(b))
-        return float(out) if out.ndim == 0 else out
-
-    @property
-    def ceiling_tokens_per_s(self) -> float:
-        """lim B->inf X(B) = 1 / c, tokens/s: set by per-sequence cost, not by the weights."""
-        return 1.0 / self.per_sequence_s
-
-    @property
-    def knee_batch(self) -> float:
-        """B* = t0 / c: fixed cost = per-sequence cost; X(B*) = ceiling / 2 and t(B*) = 2 t0."""
-        return self.fixed_s / self.per_sequence_s
-
-    def batch_for_fraction(self, fraction: float) -> float:
-        """Batch at which X(B) = fraction x ceiling: B = f / (1 - f) x t0 / c (f in (0, 1))."""
-        f = real("fraction", fraction, 0, 1, low_open=True, high_open=True, unit="(of the ceiling)")
-        return f / (1 - f) * self.knee_batch
-
-    def batch_for_step_time(self, max_step_s: float) -> float:
-        """Largest batch whose step fits in ``max_step_s`` (a per-token latency SLO): (T - t0) / c.
-
-        Raises ValueError when even an empty step (t0) exceeds the budget.
-        """
-        real("max_step_s", max_step_s, 0, low_open=True, unit="seconds")
-        if max_step_s < self.fixed_s:
-            raise ValueError(
-                f"a step budget of {max_step_s:.3g} s is below the weight-read floor "
-                f"t0 = {self.fixed_s:.3g} s: no batch meets it"
-            )
-        return (max_step_s - self.fixed_s) / self.per_sequence_s
-
-
-def decode_step_line(
-    mdl: str | Model,
-    chip: str | GPU,
-    context: int,
-    tp: int = 1,
-    weight_dtype: str = "bf16",
-    kv_dtype: str = "bf16",
-    compute_dtype: str = "bf16",
-    bandwidth_efficiency: float = 1.0,
-    mfu: float = 1.0,
-) -> StepLine:
-    """The step-time line of decoding at ``context`` tokens per sequence, per GPU of a TP group.
-
-    t0 = weight_bytes_streamed(weight_dtype) / tp / (W eta_W);
-    c_kv = context x kv_bytes_per_token(kv_dtype) x kv_shard_fraction / (W eta_W);
-    c_row = lookup row bytes / tp / (W eta_W), the row being d x b_w (2 d with learned positions);
-    c_compute = flops_per_token(context) / tp / (P(compute_dtype) x mfu).
-    Seconds. TP communication and launch overheads are not included (see I001).
-    """
-    m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
+def compute_bound_batch(dep: Deployment, context: int, assume: StepAssumptions | None = None) -> float:
+    """Smallest batch at which some kernel of the step turns compute-bound (the step's
+    ``compute_excess`` bucket becomes > 0): for dense models the weight GEMMs at the ridge batch
+    of the achieved bandwidth and FLOP/s. math.inf when none does up to LARGE_BATCH."""
     context = integer("context", context, 0, unit="tokens")
-    eta_w = fraction("bandwidth_efficiency", bandwidth_efficiency, allow_zero=False)
-    eta_p = fraction("mfu", mfu, allow_zero=False)
-    bandwidth = g.memory_bandwidth * eta_w
-    fixed = weight_bytes_streamed(m, weight_dtype) / tp / bandwidth
-    row = lookup_bytes_read(m, 1, weight_dtype)
-    kv = context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp) / bandwidth
-    compute = _per_sequence_compute_s(m, g, context, tp, compute_dtype, eta_p)
-    return StepLine(fixed, kv, compute, row / tp / bandwidth)
 
+    def excess(b: int) -> float:
+        return decode_step(_dep(dep), b, context, assume).buckets["compute_excess"]
 
-def kv_bytes_per_sequence_per_gpu(
-    mdl: str | Model, context: int, tp: int = 1, kv_dtype: str = "bf16"
-) -> float:
-    """KV-cache bytes one sequence of ``context`` tokens holds on each GPU: context x kv/token x shard."""
-    m = model(mdl)
-    tp = _check_tp(m, tp)
-    context = integer("context", context, 0, unit="tokens")
-    return context * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp)
-
-
-def kv_batch_ceiling(
-    mdl: str | Model,
-    chip: str | GPU,
-    context: int,
-    tp: int = 1,
-    weight_dtype: str = "bf16",
-    kv_dtype: str = "bf16",
-    memory_utilization: float | None = None,
-) -> int:
-    """Most sequences of ``context`` tokens whose KV cache fits beside the weights (per replica).
-
-    :func:`lib.perf.memory.kv_capacity_sequences` with the serving default utilization instead of 1
-    (None: vLLM's gpu_memory_utilization, ``engine_defaults.gpu_memory_utilization`` in
-    ``data/serving_memory.yaml``): B_max = floor((memory x utilization - weights / tp) /
-    (context x kv/token x shard)). Raises ValueError when the weights alone do not fit or
-    ``context`` < 1 (an empty cache has no ceiling); 0 when not even one sequence's KV fits.
-    """
-    return kv_capacity_sequences(
-        mdl, chip, context, tp, weight_dtype, kv_dtype, default_memory_utilization(memory_utilization)
-    )
-
-
-def compute_bound_batch(
-    line: StepLine,
-    mdl: str | Model,
-    chip: str | GPU,
-    context: int,
-    tp: int = 1,
-    compute_dtype: str = "bf16",
-    mfu: float = 1.0,
-) -> float:
-    """Batch at which the overlapped roofline flips to compute-bound: B F / P = t0 + B (c_kv + c_row).
-
-    B_c = t0 / (F / P - c_kv - c_row), with F / P the per-sequence compute seconds of ``line``
-    (recomputed here from the model so the caller cannot mix setups). Returns math.inf when
-    each sequence costs more memory time than compute time (then no batch is compute-bound:
-    the tensor cores never set the ceiling).
-    """
-    m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
-    context = integer("context", context, 0, unit="tokens")
-    per_seq_compute = _per_sequence_compute_s(m, g, context, tp, compute_dtype, mfu)
-    margin = per_seq_compute - line.kv_s - line.row_s
-    if margin <= 0:
+    if excess(1) > 0:
+        return 1.0
+    if excess(LARGE_BATCH) <= 0:
         return math.inf
-    return line.fixed_s / margin
+    lo, hi = 1, LARGE_BATCH
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if excess(mid) <= 0 else (lo, mid)
+    return float(hi)
 
 
-def kv_compute_balance_context(
-    mdl: str | Model,
-    chip: str | GPU,
-    tp: int = 1,
-    kv_dtype: str = "bf16",
-    compute_dtype: str = "bf16",
-    bandwidth_efficiency: float = 1.0,
-    mfu: float = 1.0,
-    weight_dtype: str = "bf16",
-) -> float:
-    """Context at which one sequence's memory read takes as long as its FLOPs:
-    c_kv(L) + c_row = c_compute(L).
-
-    L x kv x shard / W_eff + r / (tp W_eff) = (F0 + a L) / (tp P_eff), with F0 = 2N (context-free
-    FLOPs), a the attention FLOPs per context token and r = d x b_w the sequence's embedding row,
-    so L* = (F0 / (tp P_eff) - r / (tp W_eff)) / (kv x shard / W_eff - a / (tp P_eff)).
-    Above L* no batch is compute-bound (see :func:`compute_bound_batch`); math.inf when the KV
-    read never catches up (attention intensity at or above the ridge, e.g. MLA at high head count).
-    """
-    m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
-    eta_w = fraction("bandwidth_efficiency", bandwidth_efficiency, allow_zero=False)
-    w = g.memory_bandwidth * eta_w
-    p = tp * g.peak_flops(compute_dtype) * fraction("mfu", mfu, allow_zero=False)
-    per_token_kv_s = m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, tp) / w
-    per_token_attn_s = m.attention_flops_per_token(1) / p
-    margin = per_token_kv_s - per_token_attn_s
-    if margin <= 0:
-        return math.inf
-    row_s = lookup_bytes_read(m, 1, weight_dtype) / tp / w
-    return (m.weight_flops_per_token() / p - row_s) / margin
+def kv_batch_ceiling(dep: Deployment, context: int) -> float:
+    """Sequences of ``context`` tokens whose KV cache the replica holds, with the fraction:
+    ``dep.budget.max_concurrency(context)`` (the memory budget on driver-visible memory)."""
+    context = integer("context", context, 1, unit="tokens")
+    return _dep(dep).budget.max_concurrency(context)
 
 
-def tensor_core_ceiling_tokens_per_s(
-    mdl: str | Model,
-    chip: str | GPU,
-    context: int,
-    tp: int = 1,
-    compute_dtype: str = "bf16",
-    mfu: float = 1.0,
-) -> float:
-    """Tokens/s of a replica if only the tensor cores limited it: tp x P x mfu / FLOPs per token."""
-    m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
+def kv_bytes_per_sequence_per_gpu(dep: Deployment, context: int) -> float:
+    """KV bytes one sequence of ``context`` tokens holds on each GPU of the replica: context x
+    the budget's bytes per token per GPU (block bytes / block size)."""
+    context = integer("context", context, 0, unit="tokens")
+    return context * _dep(dep).budget.kv_bytes_per_token_per_gpu
+
+
+def kv_read_bytes_per_sequence_per_gpu(dep: Deployment, context: int) -> float:
+    """KV bytes one GPU reads per step for one sequence: context x KV bytes/token x read share."""
+    context = integer("context", context, 0, unit="tokens")
+    return context * _dep(dep).mdl.kv_bytes_per_token(dep.kv_dtype) * kv_read_fraction(dep)
+
+
+def tensor_core_ceiling_tokens_per_s(dep: Deployment, context: int, mfu: float = 1.0) -> float:
+    """A bound, not the step: tokens/s of a replica if only the tensor cores limited it,
+    tp x P x mfu / FLOPs per token at ``context``."""
     context = integer("context", context, 0, unit="tokens")
     mfu = fraction("mfu", mfu, allow_zero=False)
-    return tp * g.peak_flops(compute_dtype) * mfu / m.flops_per_token(context)
+    d = _dep(dep)
+    return d.tp * d.chip.peak_flops(d.compute_dtype) * mfu / d.mdl.flops_per_token(context)
 
 
-def smallest_tp_that_fits(
-    mdl: str | Model,
-    chip: str | GPU,
-    weight_dtype: str = "bf16",
-    kv_bytes_total: float = 0.0,
-    memory_utilization: float | None = None,
-    max_tp: int = 64,
-) -> int:
-    """Smallest power-of-two tp (dividing the head count) whose GPUs hold weights + ``kv_bytes_total``.
-
-    Per GPU: weights / tp + kv_bytes_total x kv_shard_fraction(tp) <= memory x utilization
-    (None: ``engine_defaults.gpu_memory_utilization`` in ``data/serving_memory.yaml``).
-    Raises ValueError when no tp up to ``max_tp`` works.
-    """
-    m, g = model(mdl), gpu(chip)
-    u = fraction(
-        "memory_utilization", default_memory_utilization(memory_utilization), allow_zero=False
-    )
+def smallest_tp_that_fits(dep: Deployment, kv_bytes_total: float = 0.0, max_tp: int = 64) -> int:
+    """Smallest power-of-two tp (that shards the model) whose KV pool, per the memory budget on
+    driver-visible memory, holds ``kv_bytes_total`` bytes of KV (split across the GPUs that hold
+    it). ``dep`` supplies the model, GPU, dtypes and engine settings; its tp is ignored.
+    Raises ValueError when no tp up to ``max_tp`` works."""
+    _dep(dep)
     real("kv_bytes_total", kv_bytes_total, 0, unit="bytes")
     tp = 1
     while tp <= max_tp:
-        if m.num_attention_heads % tp == 0:
-            per_gpu = m.weight_bytes(weight_dtype) / tp + kv_bytes_total * kv_shard_fraction(m, tp)
-            if per_gpu <= g.memory_bytes * u:
-                return tp
+        try:
+            d = dep.replace(tp=tp)
+        except ValueError:
+            tp *= 2
+            continue
+        per_gpu = kv_bytes_total * d.budget.kv_bytes_per_token_per_gpu / d.mdl.kv_bytes_per_token(d.kv_dtype)
+        if per_gpu <= d.budget.kv_cache_bytes:
+            return tp
         tp *= 2
-    raise ValueError(
-        f"{m.key} in {weight_dtype} does not fit on up to {max_tp} x {g.key} "
-        f"at {u:.0%} memory utilization"
-    )
+    raise ValueError(f"{dep.model} in {dep.weight_dtype} does not fit on up to {max_tp} x {dep.gpu}")

@@ -208,7 +208,7 @@ def test_time_crossover_against_linear_search():
             for b in range(1, 200)
             if (
                 t := {
-                    k.name: k.time_s
+                    k.name: k.roofline_s
                     for k in dk.decode_step_kernels("llama-3.1-70b", "h100-sxm", b, 4096, 8)
                 }
             )["attention"]
@@ -272,3 +272,19 @@ def test_per_gpu_attention_intensity_matches_the_table(key, tp):
     assert math.isclose(
         table["attention"].intensity, dk.attention_decode_intensity(key, 2048, tp=tp), rel_tol=1e-12
     )
+
+
+def test_table_is_an_inventory_not_a_step_time():
+    # issue 9: the table's per-kernel roofline is a bound, named so; the step time is lib.perf.step.
+    from lib.perf import step
+    from lib.perf.deployment import Deployment
+
+    table = dk.decode_step_kernels("llama-3.1-70b", "h100-sxm", 1, 4096, 8)
+    assert not hasattr(table[0], "time_s")
+    totals = dk.step_totals(table)
+    assert "time_s" not in totals and "time_s" not in dk.kernel_table(table)[0]
+    s = step.decode_step(Deployment("llama-3.1-70b", "h100-sxm", tp=8), 1, 4096)
+    assert totals["roofline_s"] < s.total_s
+    # second method on the inventory: the GEMM weight bytes equal the step model's (lib.perf.step)
+    gemm_w = sum(k.weight_bytes for k in table if k.category == "weight_gemm")
+    assert math.isclose(gemm_w, s.weight_bytes_per_gpu, rel_tol=1e-9)

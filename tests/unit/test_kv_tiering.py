@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib.kvcache import prefix as kp
+from lib.kvcache import recompute_fetch as rf
 from lib.kvcache import tiering as kt
 from lib.registry.models import model
 
@@ -56,76 +56,12 @@ def test_fetch_time_by_hand():
         kt.fetch_time_s("llama-3.1-70b", 0, 1e9)
 
 
-def test_recompute_time_by_hand():
-    # Llama 3.1 70B: 69,501,714,432 matmul params (lib.perf.prefill inventory test) -> 2N per token;
-    # attention 4 x 80 layers x 64 heads x 128 = 2,621,440 FLOP per context token; causal mean (P+1)/2
-    p = 4096
-    flops = p * (2 * 69_501_714_432 + 2_621_440 * (p + 1) / 2)
-    c = 8 * H100_BF16 * 0.6
-    assert math.isclose(
-        kt.recompute_time_s("llama-3.1-70b", "h100-sxm", p, 8, "bf16", 0.6), flops / c, rel_tol=1e-9
-    )
-    assert kt.compute_rate("h100-sxm", 8, "bf16", 0.6) == pytest.approx(c)
-    with pytest.raises(ValueError, match="mfu"):
-        kt.compute_rate("h100-sxm", 1, "bf16", 0)
 
 
-def test_intensity_ridge_and_breakeven_are_one_ratio():
-    m, g, p = "llama-3.1-70b", "h100-sxm", 32768
-    i = kt.recompute_intensity(m, p)
-    assert i == pytest.approx(model(m).prefill_flops(p) / (p * KV_70B))
-    w_star = kt.breakeven_bandwidth(m, g, p, 8)
-    assert w_star * i == pytest.approx(kt.compute_rate(g, 8))
-    assert kt.tier_ridge(g, w_star, 8) == pytest.approx(i)
-    # at W* fetch (no latency) and recompute take the same time
-    assert kt.fetch_time_s(m, p, w_star) == pytest.approx(kt.recompute_time_s(m, g, p, 8))
 
 
-def test_breakeven_bandwidth_is_the_kv_creation_rate_of_a_flat_out_prefill():
-    for m, n in (("llama-3.1-70b", 8), ("llama-3.1-8b", 1), ("llama-2-7b", 1)):
-        full = kt.kv_write_rate(
-            m,
-            "h100-sxm",
-            8192,
-            n,
-            prefill_share=1.0,
-            output_tokens_per_prompt_token=0.0,
-            spill_fraction=1.0,
-        )
-        assert full == pytest.approx(kt.breakeven_bandwidth(m, "h100-sxm", 8192, n))
 
 
-@pytest.mark.parametrize(
-    "m,n,g",
-    [
-        ("llama-3.1-8b", 1, "b200"),
-        ("llama-2-7b", 1, "h100-sxm"),
-        ("llama-3.1-70b", 8, "h100-sxm"),
-        ("deepseek-v3", 8, "h200"),
-    ],
-)
-def test_breakeven_prefix_matches_bisection(m, n, g):
-    bw, lat = 9.1e9, 500e-6
-    p_star = kt.breakeven_prefix_tokens(m, g, bw, lat, n)
-
-    def gap(p):  # recompute - fetch, continuous in p
-        mm = model(m)
-        c = kt.compute_rate(g, n)
-        flops = p * (mm.weight_flops_per_token() + mm.attention_flops_per_token(1) * (p + 1) / 2)
-        return flops / c - (lat + p * mm.kv_bytes_per_token() / bw)
-
-    lo, hi = 1e-9, 1e9
-    assert gap(lo) < 0 < gap(hi)  # recompute wins at tiny P (latency), fetch at huge P
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if gap(mid) < 0 else (lo, mid)
-    assert p_star == pytest.approx(lo, rel=1e-6)
-    # and the sign flips there on the real (integer) functions
-    if p_star > 2:
-        below = int(p_star * 0.9) or 1
-        assert kt.recompute_time_s(m, g, below, n) < kt.fetch_time_s(m, below, bw, "bf16", lat)
-    above = int(p_star * 1.1) + 2
-    assert kt.recompute_time_s(m, g, above, n) > kt.fetch_time_s(m, above, bw, "bf16", lat)
 
 
 def test_breakeven_prefix_edge_cases():
@@ -135,34 +71,6 @@ def test_breakeven_prefix_edge_cases():
         kt.breakeven_prefix_tokens("llama-3.1-70b", "h100-sxm", 1e9, -1.0, 8)
 
 
-def test_tier_costs_shares_and_bandwidths():
-    node = kt.default_node()
-    rows = {r.name: r for r in kt.tier_costs("llama-3.1-8b", "h100-sxm", 8192, 1, node)}
-    assert rows["HBM"].fetch_s == 0 and math.isinf(rows["HBM"].speedup)
-    # HBM: 80 GB x 0.9 - 8.03B params x 2 B
-    assert rows["HBM"].capacity_bytes == pytest.approx(
-        80e9 * 0.9 - model("llama-3.1-8b").weight_bytes("bf16")
-    )
-    assert rows["host DRAM"].capacity_bytes == pytest.approx(2e12 * 0.75 / 8)
-    assert rows["host DRAM"].bandwidth == 55e9  # PCIe (55) < DRAM share (614.4 / 8 = 76.8)
-    assert rows["NVMe SSD"].bandwidth == pytest.approx(
-        13e9 * 0.7
-    )  # one drive per GPU, 70% achieved
-    assert rows["NVMe SSD"].capacity_tokens == pytest.approx(3.84e12 / 131072)
-    r = rows["NVMe SSD"]
-    assert r.value_s == pytest.approx(r.recompute_s - r.fetch_s)
-    assert r.value_per_token_s == pytest.approx(r.value_s / 8192)
-    # a TP8 replica gets all 8 links and all 8 drives
-    big = {r.name: r for r in kt.tier_costs("llama-3.1-70b", "h100-sxm", 8192, 8, node)}
-    assert big["host DRAM"].bandwidth == 440e9 and big["NVMe SSD"].bandwidth == pytest.approx(
-        8 * 9.1e9
-    )
-    assert [
-        r.name
-        for r in kt.tier_costs("llama-3.1-8b", "h100-sxm", 64, 1, kt.default_node(ssd_drives=0))
-    ] == ["HBM", "host DRAM"]
-    with pytest.raises(ValueError, match="divide"):
-        kt.tier_costs("llama-3.1-8b", "h100-sxm", 64, 3, node)
 
 
 def test_dram_bandwidth_caps_when_pcie_is_faster():
@@ -199,55 +107,32 @@ def test_lifetime_never_increases_with_the_write_rate(a, b):
     assert kt.ssd_wear(hi, node).lifetime_s >= kt.ssd_wear(hi, node).line_rate_lifetime_s
 
 
-@settings(max_examples=40, deadline=None)
-@given(p=st.integers(1, 262144), bw=st.floats(1e9, 1e12))
-def test_fetch_wins_exactly_above_the_breakeven_prefix(p, bw):
-    m, g, lat = "llama-3.1-8b", "h100-sxm", 500e-6
-    p_star = kt.breakeven_prefix_tokens(m, g, bw, lat, 1)
-    rec, fet = kt.recompute_time_s(m, g, p, 1), kt.fetch_time_s(m, p, bw, "bf16", lat)
-    if p > p_star * (1 + 1e-9):
-        assert rec >= fet * (1 - 1e-9)
-    elif p < p_star * (1 - 1e-9):
-        assert rec <= fet * (1 + 1e-9)
 
 
-def test_write_rate_scales_and_validates():
-    base = kt.kv_write_rate("llama-3.1-70b", "h100-sxm", 8192, 8)
-    assert kt.kv_write_rate(
-        "llama-3.1-70b", "h100-sxm", 8192, 8, spill_fraction=0.5
-    ) == pytest.approx(base / 2)
-    assert kt.kv_write_rate("llama-3.1-70b", "h100-sxm", 8192, 8, kv_dtype="fp8") == pytest.approx(
-        base / 2
-    )
-    tok = kt.prefill_tokens_per_s("llama-3.1-70b", "h100-sxm", 8192, 8)
-    assert base == pytest.approx(0.5 * tok * 1.1 * KV_70B)
-    with pytest.raises(ValueError, match="prefill_share"):
-        kt.kv_write_rate("llama-3.1-70b", "h100-sxm", 8192, 8, prefill_share=0)
-    assert kt.drive_writes_per_day(3.84e12 / 86400, 3.84e12) == pytest.approx(1.0)
 
 
 def test_node_and_per_gpu_tiers_share_one_value_per_fact():
     # data/storage_tiers.yaml holds each fetch latency, the SSD read rate and its efficiency once:
-    # the node of lib.kvcache.tiering and the per-GPU tiers of lib.kvcache.prefix read the same entries.
+    # the node of lib.kvcache.tiering and the per-GPU tiers of lib.kvcache.recompute_fetch read the same entries.
     n = kt.default_node()
-    nvme, host = kp.storage_tier("local_nvme", "h100-sxm"), kp.storage_tier("host_dram", "h100-sxm")
+    nvme, host = rf.storage_tier("local_nvme", "h100-sxm"), rf.storage_tier("host_dram", "h100-sxm")
     assert n.ssd_latency_s == nvme.latency_s == pytest.approx(500e-6)
     assert n.dram_latency_s == host.latency_s == pytest.approx(20e-6)
     assert n.ssd_read_bandwidth * n.ssd_read_efficiency == pytest.approx(nvme.bandwidth, rel=1e-12)
     # the measured 55 GB/s H2D and the host tier's efficiency are one measurement (55 / 63)
     assert n.pcie_h2d_bandwidth == pytest.approx(host.bandwidth, rel=1e-3)
-    assert kt.facts()["host"]["nvlink_c2c_gbps_per_direction"] * 1e9 == kp.storage_tier("host_dram", "gb200").peak_bandwidth
+    assert kt.facts()["host"]["nvlink_c2c_gbps_per_direction"] * 1e9 == rf.storage_tier("host_dram", "gb200").peak_bandwidth
 
 
 @given(st.sampled_from(["llama-3.1-70b", "llama-3.1-8b", "llama-2-7b", "deepseek-v3"]),
        st.sampled_from([1, 2, 4, 8]), st.integers(1, 200_000))
 def test_replica_view_is_lib_kvcache_prefix_per_gpu(key, n, p):
-    # W* of the replica (unique bytes) = the per-GPU W* of lib.kvcache.prefix / the share each
+    # W* of the replica (unique bytes) = the per-GPU W* of lib.kvcache.recompute_fetch / the share each
     # GPU holds; with TP <= KV heads that is n x the per-GPU figure.
     from lib.perf.roofline import kv_shard_fraction
 
     m = model(key)
-    per_gpu = kp.breakeven_bandwidth_closed_form(m, "h100-sxm", p, tp=n, mfu=0.6)
+    per_gpu = rf.breakeven_bandwidth_closed_form(m, "h100-sxm", p, tp=n, mfu=0.6)
     w = kt.breakeven_bandwidth(m, "h100-sxm", p, n)
     assert w == pytest.approx(per_gpu / kv_shard_fraction(m, n), rel=1e-12)
     assert w == pytest.approx(kt.compute_rate("h100-sxm", n) / kt.recompute_intensity(m, p), rel=1e-12)
@@ -256,7 +141,7 @@ def test_replica_view_is_lib_kvcache_prefix_per_gpu(key, n, p):
     # and the break-even prefix of the replica is the per-GPU one at each GPU's share of W
     bw, lat = 50e9, 100e-6
     assert kt.breakeven_prefix_tokens(m, "h100-sxm", bw, lat, n) == pytest.approx(
-        kp.breakeven_prefix_tokens_closed_form(m, "h100-sxm", bw * kv_shard_fraction(m, n), latency_s=lat,
+        rf.breakeven_prefix_tokens_closed_form(m, "h100-sxm", bw * kv_shard_fraction(m, n), latency_s=lat,
                                                tp=n, mfu=0.6), rel=1e-12)
 
 

@@ -1,4 +1,4 @@
-"""lib.kvcache.prefix: recompute vs fetch, storage tiers, hit-rate accounting, radix tools, block tools.
+"""lib.kvcache.recompute_fetch, prefix_hits, radix_scenarios, block_hash: recompute vs fetch, storage tiers, hit-rate accounting, radix tools, block tools.
 
 Expected values come from a second method (explicit sums, brute force, hand arithmetic on
 published configs) with the tolerance stated beside each.
@@ -18,7 +18,10 @@ from lib.kvcache import (
     hash_block,
     multi_turn_chat_trace,
 )
-from lib.kvcache import prefix as kp
+from lib.kvcache import block_hash as bh
+from lib.kvcache import prefix_hits as ph
+from lib.kvcache import radix_scenarios as rs
+from lib.kvcache import recompute_fetch as rf
 from lib.registry import hardware, models
 
 M70, H100 = "llama-3.1-70b", "h100-sxm"
@@ -35,9 +38,9 @@ def test_recompute_flops_is_the_sum_over_positions(name):
     m = models.model(name)
     p = 777
     explicit = sum(m.flops_per_token(i) for i in range(1, p + 1))  # token i attends to i keys
-    assert math.isclose(kp.recompute_flops(m, p), explicit, rel_tol=1e-12)
-    assert kp.recompute_flops(m, 0) == 0.0
-    assert math.isclose(kp.recompute_flops_per_token(m, p), explicit / p, rel_tol=1e-12)
+    assert math.isclose(rf.recompute_flops(m, p), explicit, rel_tol=1e-12)
+    assert rf.recompute_flops(m, 0) == 0.0
+    assert math.isclose(rf.recompute_flops_per_token(m, p), explicit / p, rel_tol=1e-12)
 
 
 @settings(max_examples=40, deadline=None)
@@ -46,28 +49,28 @@ def test_cached_prefix_flops_identity(length, frac):
     # prefill(L) - prefill with h cached = prefill(h): causal attention never looks forward.
     h = int(frac * length)
     m = models.model(M70)
-    with_cache = kp.prefill_flops_with_cached_prefix(m, length, h)
+    with_cache = rf.prefill_flops_with_cached_prefix(m, length, h)
     assert math.isclose(
-        m.prefill_flops(length) - with_cache, kp.recompute_flops(m, h), rel_tol=1e-9, abs_tol=1.0
+        m.prefill_flops(length) - with_cache, rf.recompute_flops(m, h), rel_tol=1e-9, abs_tol=1.0
     )
 
 
 def test_cached_prefix_flops_explicit_sum_and_validation():
     m = models.model("llama-3.1-8b")
     explicit = sum(m.flops_per_token(i) for i in range(301, 501))
-    assert math.isclose(kp.prefill_flops_with_cached_prefix(m, 500, 300), explicit, rel_tol=1e-12)
-    assert kp.prefill_flops_with_cached_prefix(m, 500, 500) == 0
+    assert math.isclose(rf.prefill_flops_with_cached_prefix(m, 500, 300), explicit, rel_tol=1e-12)
+    assert rf.prefill_flops_with_cached_prefix(m, 500, 500) == 0
     with pytest.raises(ValueError, match="cached_len"):
-        kp.prefill_flops_with_cached_prefix(m, 10, 11)
+        rf.prefill_flops_with_cached_prefix(m, 10, 11)
 
 
 def test_flops_per_kv_byte_uses_the_published_kv_size():
     m = models.model(M70)
     assert m.kv_bytes_per_token() == KV70 == 327_680
-    assert math.isclose(kp.flops_per_kv_byte(m, 1), m.flops_per_token(1) / KV70, rel_tol=1e-12)
+    assert math.isclose(rf.flops_per_kv_byte(m, 1), m.flops_per_token(1) / KV70, rel_tol=1e-12)
     # FP8 KV halves the bytes, doubles the ratio.
     assert math.isclose(
-        kp.flops_per_kv_byte(m, 100, "fp8"), 2 * kp.flops_per_kv_byte(m, 100), rel_tol=1e-12
+        rf.flops_per_kv_byte(m, 100, "fp8"), 2 * rf.flops_per_kv_byte(m, 100), rel_tol=1e-12
     )
 
 
@@ -76,133 +79,68 @@ def test_flops_per_kv_byte_uses_the_published_kv_size():
 
 def test_storage_tiers_read_links_from_hardware_yaml():
     h100 = hardware.gpu(H100)
-    host = kp.storage_tier("host_dram", H100)
+    host = rf.storage_tier("host_dram", H100)
     assert host.peak_bandwidth == 63.0e9  # PCIe Gen5 x16 per direction (hardware.yaml)
     assert math.isclose(
         host.bandwidth, 55e9, rel_tol=0.001
     )  # measured ~55 GB/s H2D (ml-engineering)
-    assert kp.storage_tier("host_dram", "a100-sxm").peak_bandwidth == 31.5e9  # Gen4 x16
-    assert kp.storage_tier("host_dram", "gb200").peak_bandwidth == 450e9  # NVLink-C2C to Grace
-    assert kp.storage_tier("nvlink_peer", H100).peak_bandwidth == h100.scaleup_bandwidth == 450e9
-    assert kp.storage_tier("rdma_remote", H100).peak_bandwidth == 50e9  # 400 Gb/s NIC
+    assert rf.storage_tier("host_dram", "a100-sxm").peak_bandwidth == 31.5e9  # Gen4 x16
+    assert rf.storage_tier("host_dram", "gb200").peak_bandwidth == 450e9  # NVLink-C2C to Grace
+    assert rf.storage_tier("nvlink_peer", H100).peak_bandwidth == h100.scaleup_bandwidth == 450e9
+    assert rf.storage_tier("rdma_remote", H100).peak_bandwidth == 50e9  # 400 Gb/s NIC
     # PM1743 13 GB/s datasheet sequential read x 0.7 achieved (data/storage_tiers.yaml)
-    assert kp.storage_tier("local_nvme", H100).bandwidth == pytest.approx(13e9 * 0.7, rel=1e-12)
-    assert kp.storage_tier("network_storage", H100).latency_s == 2e-3
-    assert [t.key for t in kp.available_tiers("l4")] == [
+    assert rf.storage_tier("local_nvme", H100).bandwidth == pytest.approx(13e9 * 0.7, rel=1e-12)
+    assert rf.storage_tier("network_storage", H100).latency_s == 2e-3
+    assert [t.key for t in rf.available_tiers("l4")] == [
         "host_dram",
         "local_nvme",
         "network_storage",
     ]
     with pytest.raises(ValueError, match="NVLink"):
-        kp.storage_tier("nvlink_peer", "l4")
+        rf.storage_tier("nvlink_peer", "l4")
     with pytest.raises(ValueError, match="unknown storage tier"):
-        kp.storage_tier("floppy", H100)
+        rf.storage_tier("floppy", H100)
 
 
 def test_fetch_time_by_hand():
-    tier = kp.storage_tier("host_dram", H100)
+    tier = rf.storage_tier("host_dram", H100)
     # TP8: each GPU holds 1 of 8 KV heads and fetches 8192 x 327,680 / 8 bytes over its own link.
     expected = 20e-6 + 8192 * KV70 / 8 / (63e9 * 0.873)  # 20 us fixed cost (data/storage_tiers.yaml)
-    assert math.isclose(kp.fetch_time_s(M70, 8192, tier, tp=8), expected, rel_tol=1e-12)
+    assert math.isclose(rf.fetch_time_s(M70, 8192, tier, tp=8), expected, rel_tol=1e-12)
     # MLA's single latent is replicated on every rank: TP does not shrink the bytes per GPU.
     ds = models.model("deepseek-v3")
     assert math.isclose(
-        kp.fetch_time_s(ds, 1000, tier, tp=8) - tier.latency_s,
+        rf.fetch_time_s(ds, 1000, tier, tp=8) - tier.latency_s,
         1000 * ds.kv_bytes_per_token() / tier.bandwidth,
         rel_tol=1e-12,
     )
-    assert kp.fetch_time_s(M70, 0, tier) == 0.0
+    assert rf.fetch_time_s(M70, 0, tier) == 0.0
     with pytest.raises(ValueError, match="StorageTier"):
-        kp.fetch_time_s(M70, 10, "host_dram")
+        rf.fetch_time_s(M70, 10, "host_dram")
 
 
 # ---- time and break-even --------------------------------------------------------------------------
 
 
-def test_recompute_time_is_the_prefill_floor_and_rides_free_in_a_memory_bound_pass():
-    g = hardware.gpu(H100)
-    m = models.model(M70)
-    t = kp.recompute_time_s(m, g, 8192, tp=8, mfu=0.6)
-    assert math.isclose(
-        t, m.prefill_flops(8192) / (8 * g.peak_flops() * 0.6), rel_tol=1e-12
-    )  # compute-bound
-    # 100 prefix tokens riding with 64 new ones: the pass reads the weights either way.
-    assert kp.recompute_time_s(m, g, 100, suffix_len=64, tp=8, mfu=0.6) == pytest.approx(
-        0, abs=1e-5
-    )
-    # alone, a short prefix costs the weight read: weights / tp / HBM bandwidth (KV is small),
-    # the weights being every parameter but the embedding table (16 of its rows are read)
-    alone = kp.recompute_time_s(m, g, 16, tp=8, mfu=0.6)
-    streamed = (m.params_total - m.vocab_size * m.hidden_size) * 2
-    assert alone == pytest.approx(streamed / 8 / g.memory_bandwidth, rel=0.01)
 
 
-@pytest.mark.parametrize("name", ["llama-3.1-70b", "llama-2-7b", "deepseek-v3", "qwen2.5-72b"])
-@pytest.mark.parametrize("tp", [1, 8])
-def test_closed_form_breakeven_matches_the_general_one_when_compute_bound(name, tp):
-    kw = dict(tp=tp, mfu=0.6)
-    closed = kp.breakeven_bandwidth_closed_form(name, H100, 16384, **kw)
-    general = kp.breakeven_bandwidth(name, H100, 16384, **kw)
-    assert math.isclose(closed, general, rel_tol=1e-9)
 
 
-@settings(max_examples=30, deadline=None)
-@given(
-    prefix=st.integers(1, 60000),
-    suffix=st.integers(0, 2000),
-    latency=st.floats(0, 5e-3),
-    name=st.sampled_from(["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b"]),
-)
-def test_at_the_breakeven_bandwidth_fetch_and_recompute_tie(prefix, suffix, latency, name):
-    kw = dict(suffix_len=suffix, tp=8, mfu=0.6)
-    w = kp.breakeven_bandwidth(name, H100, prefix, latency_s=latency, **kw)
-    rec = kp.recompute_time_s(name, H100, prefix, **kw)
-    if not math.isfinite(w):
-        assert rec <= latency
-        return
-    tier = kp.StorageTier("probe", "probe", w, 1.0, latency, "test")
-    assert math.isclose(kp.fetch_time_s(name, prefix, tier, tp=8), rec, rel_tol=1e-9)
 
 
-def test_breakeven_prefix_tokens_is_the_first_winning_length():
-    kw = dict(suffix_len=64, tp=8, mfu=0.6)
-    tier = kp.storage_tier("network_storage", H100)
-    p = kp.breakeven_prefix_tokens(M70, H100, tier, **kw)
-    assert math.isfinite(p) and p > 1
-    p = int(p)
-    assert kp.fetch_time_s(M70, p, tier, tp=8) < kp.recompute_time_s(M70, H100, p, **kw)
-    assert kp.fetch_time_s(M70, p - 1, tier, tp=8) >= kp.recompute_time_s(M70, H100, p - 1, **kw)
-    # alone, the weight read makes even one token cheaper to fetch from host DRAM
-    assert kp.breakeven_prefix_tokens(M70, H100, "host_dram", tp=8, mfu=0.6) == 1.0
-    slow = kp.StorageTier("slow", "slow", 1e6, 1.0, 1.0, "test")
-    assert kp.breakeven_prefix_tokens(M70, H100, slow, tp=8, mfu=0.6, max_tokens=4096) == math.inf
 
 
-def test_compare_recompute_fetch_fields():
-    r = kp.compare_recompute_fetch(M70, H100, 8192, "host_dram", tp=8, mfu=0.6)
-    assert r.winner == "fetch" and r.speedup > 10
-    assert math.isclose(r.speedup, r.recompute_s / r.fetch_s)
-    assert r.tier_bandwidth == kp.storage_tier("host_dram", H100).bandwidth
 
 
-def test_recompute_validation():
-    with pytest.raises(ValueError, match="tp"):
-        kp.recompute_time_s(M70, H100, 100, tp=3)
-    with pytest.raises(ValueError, match="mfu"):
-        kp.recompute_time_s(M70, H100, 100, mfu=0)
-    with pytest.raises(ValueError, match="prefix_len"):
-        kp.breakeven_bandwidth(M70, H100, 0)
-    with pytest.raises(ValueError, match="latency_s"):
-        kp.breakeven_bandwidth(M70, H100, 10, latency_s=-1)
 
 
 # ---- hit-rate accounting ----------------------------------------------------------------------------
 
 
 @settings(max_examples=8, deadline=None)
-@given(seed=st.integers(0, 10_000), kind=st.sampled_from(kp.WORKLOADS))
+@given(seed=st.integers(0, 10_000), kind=st.sampled_from(ph.WORKLOADS))
 def test_radix_hits_equal_brute_force_with_unbounded_cache(seed, kind):
-    trace = kp.workload_trace(
+    trace = ph.workload_trace(
         kind,
         num_requests=24,
         system_prompt_tokens=20,
@@ -211,8 +149,8 @@ def test_radix_hits_equal_brute_force_with_unbounded_cache(seed, kind):
         vocab_size=5,
         seed=seed,
     )
-    sim = kp.simulate_radix_hits(trace)
-    assert list(sim.hit_tokens) == kp.brute_force_hits(trace)
+    sim = ph.simulate_radix_hits(trace)
+    assert list(sim.hit_tokens) == ph.brute_force_hits(trace)
     assert sim.evicted_tokens == 0
     # every distinct prefix once: the number of distinct (prefix) tuples
     assert sim.unique_tokens == len({r[: i + 1] for r in trace for i in range(len(r))})
@@ -224,32 +162,32 @@ def test_chat_closed_form_matches_simulation(seed):
     trace = multi_turn_chat_trace(
         c, t, system_prompt_tokens=s, user_tokens=u, reply_tokens=r, vocab_size=2**40, seed=seed
     )
-    sim = kp.simulate_radix_hits(trace)
-    closed = kp.chat_prefix_accounting(c, t, s, u, r)
+    sim = ph.simulate_radix_hits(trace)
+    closed = ph.chat_prefix_accounting(c, t, s, u, r)
     assert sum(sim.hit_tokens) == closed.hit_tokens
     assert sim.total_tokens == closed.prompt_tokens
     assert sim.unique_tokens == closed.unique_tokens
 
 
 def test_shared_prompt_closed_form_and_scale():
-    trace = kp.workload_trace(
+    trace = ph.workload_trace(
         "shared_prompt", num_requests=30, system_prompt_tokens=50, turn_tokens=10, vocab_size=2**40
     )
-    sim = kp.simulate_radix_hits(trace)
-    assert math.isclose(sim.hit_rate, kp.shared_prompt_hit_rate(30, 50, 10), rel_tol=1e-12)
-    assert math.isclose(kp.shared_prompt_hit_rate(1000, 2000, 500), 999 * 2000 / (1000 * 2500))
-    scaled = kp.simulate_radix_hits(trace, token_scale=16)
+    sim = ph.simulate_radix_hits(trace)
+    assert math.isclose(sim.hit_rate, ph.shared_prompt_hit_rate(30, 50, 10), rel_tol=1e-12)
+    assert math.isclose(ph.shared_prompt_hit_rate(1000, 2000, 500), 999 * 2000 / (1000 * 2500))
+    scaled = ph.simulate_radix_hits(trace, token_scale=16)
     assert scaled.hit_rate == sim.hit_rate and scaled.total_tokens == 16 * sim.total_tokens
 
 
 def test_unrelated_trace_barely_hits():
-    trace = kp.unrelated_trace(50, 100, vocab_size=128_000, seed=1)
+    trace = ph.unrelated_trace(50, 100, vocab_size=128_000, seed=1)
     assert len(trace) == 50 and all(len(r) == 100 for r in trace)
-    assert kp.simulate_radix_hits(trace).hit_rate < 0.001
+    assert ph.simulate_radix_hits(trace).hit_rate < 0.001
 
 
 def test_bounded_cache_evicts_and_hits_less():
-    trace = kp.workload_trace(
+    trace = ph.workload_trace(
         "multi_turn_chat",
         num_requests=40,
         system_prompt_tokens=30,
@@ -257,36 +195,36 @@ def test_bounded_cache_evicts_and_hits_less():
         num_turns=4,
         vocab_size=2**30,
     )
-    free = kp.simulate_radix_hits(trace)
-    tight = kp.simulate_radix_hits(trace, free.unique_tokens // 3)
+    free = ph.simulate_radix_hits(trace)
+    tight = ph.simulate_radix_hits(trace, free.unique_tokens // 3)
     assert tight.evicted_tokens > 0 and tight.hit_rate < free.hit_rate
     assert tight.cached_tokens_peak <= free.unique_tokens // 3
 
 
 def test_prefill_savings_caps_full_hits_and_validates():
     m = models.model("llama-3.1-8b")
-    sav = kp.prefill_savings(m, [100, 100], [0, 100])
+    sav = ph.prefill_savings(m, [100, 100], [0, 100])
     assert (
         sav.tokens_without == 200 and sav.tokens_with == 101
     )  # the full hit still runs its last token
     assert math.isclose(sav.flops_saved, m.prefill_flops(99), rel_tol=1e-12)
     with pytest.raises(ValueError, match="cannot exceed"):
-        kp.prefill_savings(m, [10], [11])
+        ph.prefill_savings(m, [10], [11])
     with pytest.raises(ValueError, match="differ"):
-        kp.prefill_savings(m, [10], [])
+        ph.prefill_savings(m, [10], [])
 
 
 def test_longest_common_prefix():
-    assert kp.longest_common_prefix((1, 2, 3), (1, 2, 4)) == 2
-    assert kp.longest_common_prefix((1, 2), (1, 2, 3)) == 2
-    assert kp.longest_common_prefix((), (1,)) == 0
-    assert kp.longest_common_prefix((5,), (6,)) == 0
+    assert ph.longest_common_prefix((1, 2, 3), (1, 2, 4)) == 2
+    assert ph.longest_common_prefix((1, 2), (1, 2, 3)) == 2
+    assert ph.longest_common_prefix((), (1,)) == 0
+    assert ph.longest_common_prefix((5,), (6,)) == 0
 
 
 def test_workload_trace_validation():
     with pytest.raises(ValueError, match="kind"):
-        kp.workload_trace("batch", num_requests=1, system_prompt_tokens=1, turn_tokens=1)
-    agent = kp.workload_trace(
+        ph.workload_trace("batch", num_requests=1, system_prompt_tokens=1, turn_tokens=1)
+    agent = ph.workload_trace(
         "branching_agent", num_requests=10, system_prompt_tokens=5, turn_tokens=3, num_turns=2
     )
     assert all((len(r) - 5) % 3 == 0 for r in agent)
@@ -300,7 +238,7 @@ def test_render_radix_tree_exact_text():
     cache.insert([1, 2, 3])
     node = cache.insert([1, 2, 4, 5]).node
     cache.lock(node)
-    assert kp.render_radix_tree(cache) == [
+    assert rs.render_radix_tree(cache) == [
         "root (5 cached, 5 free of 10)",
         "└─ [1 2] slots 0-1 · lock 1 · t=2",  # the split's upper half, touched by insert 2
         "   ├─ [3] slots 2 · t=1",  # the lower half keeps insert 1's access time
@@ -309,20 +247,20 @@ def test_render_radix_tree_exact_text():
 
 
 def test_scenarios_replay():
-    _, ops = kp.radix_scenario("pin_and_evict")
-    steps = kp.replay_radix(ops, 12)
+    _, ops = rs.radix_scenario("pin_and_evict")
+    steps = rs.replay_radix(ops, 12)
     assert len(steps) == len(ops) + 1
     after_pressure = steps[5]  # insert [7 7 7 7] under pressure: the pinned path survives
     assert after_pressure.num_pinned == 5
     assert any("[1 2 3]" in line for line in after_pressure.tree)
     assert steps[-1].num_cached == 4  # after unlock, evict(5) removes the old path leaf-first
-    _, ops = kp.radix_scenario("edge_split")
-    assert "matched 2 tokens" in kp.replay_radix(ops, 24)[3].result
-    tiny = kp.replay_radix(kp.radix_scenario("chat")[1], 4)
+    _, ops = rs.radix_scenario("edge_split")
+    assert "matched 2 tokens" in rs.replay_radix(ops, 24)[3].result
+    tiny = rs.replay_radix(rs.radix_scenario("chat")[1], 4)
     assert any("OutOfSlots" in s.result for s in tiny)
-    assert len(kp.replay_radix(ops, 24, upto=2)) == 3
+    assert len(rs.replay_radix(ops, 24, upto=2)) == 3
     with pytest.raises(ValueError, match="unknown radix scenario"):
-        kp.radix_scenario("nope")
+        rs.radix_scenario("nope")
 
 
 def _traces():
@@ -338,25 +276,25 @@ def _traces():
 @pytest.mark.parametrize("slots", [None, 200, 90])
 def test_oracle_passes_the_reference_cache(slots):
     for trace in _traces():
-        report = kp.radix_oracle_check(trace, slots, running=4)
+        report = rs.radix_oracle_check(trace, slots, running=4)
         assert report.ok, report.violations
         assert report.checks >= 4 * (len(trace) - report.skipped) > 0
 
 
 def test_oracle_catches_both_defects():
     chat, _ = _traces()
-    split = kp.radix_oracle_check(
-        chat, 200, cache_factory=partial(kp.DefectiveRadixCache, defect="split_keeps_slots")
+    split = rs.radix_oracle_check(
+        chat, 200, cache_factory=partial(rs.DefectiveRadixCache, defect="split_keeps_slots")
     )
     assert not split.ok and "brute force" in split.violations[0]
-    pins = kp.radix_oracle_check(
-        chat, 90, cache_factory=partial(kp.DefectiveRadixCache, defect="evict_ignores_pins")
+    pins = rs.radix_oracle_check(
+        chat, 90, cache_factory=partial(rs.DefectiveRadixCache, defect="evict_ignores_pins")
     )
     assert not pins.ok and "evicted while pinned" in pins.violations[0]
 
 
 def test_split_defect_double_frees():
-    cache = kp.DefectiveRadixCache(5, "split_keeps_slots")
+    cache = rs.DefectiveRadixCache(5, "split_keeps_slots")
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 2, 5])  # splits [1 2 3 4] at 2; the lower half keeps slots 0-3
     cache.evict(10)
@@ -368,32 +306,32 @@ def test_split_defect_double_frees():
     reference.evict(10)
     assert sorted(reference.free_slots()) == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="defect"):
-        kp.DefectiveRadixCache(5, "typo")
+        rs.DefectiveRadixCache(5, "typo")
 
 
 # ---- block tools ----------------------------------------------------------------------------------
 
 
 def test_hashes():
-    weak = kp.truncated_hash(8)
+    weak = bh.truncated_hash(8)
     assert all(0 <= weak(None, (i,)) < 256 for i in range(100))
     assert weak(7, (1, 2)) == hash_block(7, (1, 2)) & 0xFF
-    assert kp.unchained_hash(1, (5, 6)) == kp.unchained_hash(2, (5, 6)) == hash_block(None, (5, 6))
+    assert bh.unchained_hash(1, (5, 6)) == bh.unchained_hash(2, (5, 6)) == hash_block(None, (5, 6))
     with pytest.raises(ValueError, match="bits"):
-        kp.truncated_hash(65)
+        bh.truncated_hash(65)
     block = tuple(range(16))
-    other = kp.find_colliding_block(weak, block, parent_hash=3, seed=1)
+    other = bh.find_colliding_block(weak, block, parent_hash=3, seed=1)
     assert other != block and weak(3, other) == weak(3, block)
     with pytest.raises(ValueError, match="no colliding block"):
-        kp.find_colliding_block(hash_block, block, max_tries=2000)
+        bh.find_colliding_block(hash_block, block, max_tries=2000)
 
 
 @pytest.mark.parametrize(("n", "bits"), [(300, 16), (1000, 20), (50, 10)])
 def test_birthday_bound_against_the_exact_product(n, bits):
     space = 2**bits
     exact = 1 - math.prod(1 - i / space for i in range(n))
-    assert math.isclose(kp.birthday_collision_probability(n, bits), exact, rel_tol=0.02)
-    assert kp.birthday_collision_probability(1, 8) == 0.0
+    assert math.isclose(bh.birthday_collision_probability(n, bits), exact, rel_tol=0.02)
+    assert bh.birthday_collision_probability(1, 8) == 0.0
 
 
 def _doc_requests():
@@ -404,10 +342,10 @@ def _doc_requests():
 
 @pytest.mark.parametrize(
     ("hash_fn", "verify", "wrong"),
-    [(hash_block, False, 0), (kp.unchained_hash, False, 1), (kp.unchained_hash, True, 0)],
+    [(hash_block, False, 0), (bh.unchained_hash, False, 1), (bh.unchained_hash, True, 0)],
 )
 def test_provenance_oracle_on_the_unchained_hash(hash_fn, verify, wrong):
-    run = kp.run_block_cache(
+    run = bh.run_block_cache(
         _doc_requests(), num_blocks=16, block_size=16, hash_fn=hash_fn, verify_on_hit=verify
     )
     assert run.wrong_kv_requests == wrong
@@ -424,11 +362,11 @@ def test_verified_cache_never_hands_wrong_kv(seed, bits, order):
     from lib.kvcache import shared_prefix_workload
 
     work = shared_prefix_workload([5, 3, 4], 60, 4, suffix_blocks=2, seed=seed)
-    run = kp.run_block_cache(
+    run = bh.run_block_cache(
         work.requests,
         num_blocks=30,
         block_size=4,
-        hash_fn=kp.truncated_hash(bits),
+        hash_fn=bh.truncated_hash(bits),
         verify_on_hit=True,
         eviction_order=order,
         running=2,
@@ -440,11 +378,11 @@ def test_unverified_weak_hash_hands_wrong_kv():
     from lib.kvcache import shared_prefix_workload
 
     work = shared_prefix_workload([5, 3, 4], 80, 4, suffix_blocks=2, seed=0)
-    run = kp.run_block_cache(
+    run = bh.run_block_cache(
         work.requests,
         num_blocks=30,
         block_size=4,
-        hash_fn=kp.truncated_hash(6),
+        hash_fn=bh.truncated_hash(6),
         verify_on_hit=False,
     )
     assert run.wrong_kv_requests > 0
@@ -454,89 +392,17 @@ def test_unverified_weak_hash_hands_wrong_kv():
 
 def test_provenance_oracle_validation():
     with pytest.raises(ValueError, match="PrefixBlockCache"):
-        kp.KVProvenanceOracle(RadixCache(4))
+        bh.KVProvenanceOracle(RadixCache(4))
     with pytest.raises(ValueError, match="verify_on_hit"):
-        kp.run_block_cache([[1]], num_blocks=4, block_size=1, verify_on_hit="yes")
-    oracle = kp.KVProvenanceOracle(PrefixBlockCache(8, 2))
+        bh.run_block_cache([[1]], num_blocks=4, block_size=1, verify_on_hit="yes")
+    oracle = bh.KVProvenanceOracle(PrefixBlockCache(8, 2))
     oracle.allocate("a", [1, 2, 3])
     assert oracle.payload_matches("a")
     oracle.free("a")
 
 
-def test_block_bytes_and_pool():
-    assert kp.kv_block_bytes(M70) == 16 * KV70 == 5_242_880
-    assert kp.kv_block_bytes(M70, 16, "fp8") == 16 * KV70 / 2
-    assert kp.kv_block_bytes(M70, 16, tp=8) == 16 * KV70 / 8
-    ds = models.model("deepseek-v3")
-    assert kp.kv_block_bytes(ds, 16, tp=8) == 16 * ds.kv_bytes_per_token()  # MLA latent replicated
-    m, g = models.model(M70), hardware.gpu(H100)
-    expected = math.floor((80e9 * 0.9 - m.params_total * 2 / 8) / (16 * KV70 / 8))
-    assert kp.kv_pool_blocks(M70, H100, tp=8) == expected
-    with pytest.raises(ValueError, match="raise tp"):
-        kp.kv_pool_blocks(M70, H100, tp=1)
-    assert g.memory_bytes == 80e9
 
 
 # ---- explorers ----------------------------------------------------------------------------------
 
 
-def test_explorer_values_agree_with_the_library():
-    from lib.book import widgets
-    from lib.kvcache import cyclic_steady_state
-
-    view = widgets.render(
-        "kvcache.recompute_vs_fetch",
-        model=M70,
-        gpu=H100,
-        tp=8,
-        prefix_tokens=8192,
-        suffix_tokens=0,
-        mfu=0.6,
-        kv_dtype="bf16",
-    )
-    assert view.values["recompute_s"] == kp.recompute_time_s(M70, H100, 8192, tp=8, mfu=0.6)
-    assert view.values["fetch_host_dram"] == kp.fetch_time_s(
-        M70, 8192, kp.storage_tier("host_dram", H100), tp=8
-    )
-    view = widgets.render(
-        "kvcache.eviction_stranding",
-        model=M70,
-        kv_dtype="bf16",
-        block_size=16,
-        num_prefixes=3,
-        prefix_blocks=4,
-        capacity_blocks=10,
-    )
-    block = int(kp.kv_block_bytes(M70, 16))
-    assert view.values["head_first_stranded"] == view.values["head_first_closed"] == 2 * block
-    assert (
-        view.values["tail_first_closed"]
-        == cyclic_steady_state("tail_first", 10, 3, 4, block).stranded_bytes
-        == 0
-    )
-    view = widgets.render(
-        "kvcache.chained_hash_collisions",
-        hash_bits=6,
-        verify_on_hit=True,
-        eviction_order="tail_first",
-        num_blocks=48,
-        num_requests=60,
-        seed=1,
-    )
-    assert view.values["wrong_verified"] == 0 and view.values["wrong_unverified"] > 0
-    view = widgets.render("kvcache.radix_steps", scenario="pin_and_evict", step=5, num_slots=12)
-    assert view.values == {"num_cached": 9, "num_free": 3, "num_pinned": 5}
-    view = widgets.render(
-        "kvcache.prefix_hit_rates",
-        workload="shared_prompt",
-        model=M70,
-        gpu=H100,
-        tp=8,
-        system_prompt_tokens=2048,
-        capacity_pct=1.0,
-        mfu=0.6,
-    )
-    # 48 requests, 2,048 shared + 256 own tokens each (in 32-token symbols): closed form
-    assert math.isclose(
-        view.values["hit_rate_unbounded"], kp.shared_prompt_hit_rate(48, 2048, 256), rel_tol=1e-9
-    )

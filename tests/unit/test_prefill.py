@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from lib.perf import memory
 from lib.perf import prefill as pf
 from lib.perf import roofline as rf
+from lib.perf.deployment import Deployment
+from lib.registry import assumptions
 from lib.registry.models import model, model_names
 
 H100_PEAK, H100_BW = 989e12, 3.35e12  # data/hardware.yaml: NVIDIA H100 SXM datasheet (dense BF16)
@@ -127,20 +129,45 @@ def test_mfu_for_time_inverts_the_floor(p, t):
 
 
 def test_allreduce_by_hand_and_edge_cases():
-    # 2 x 80 layers x 2 x 7/8 x (8192 x 8192 x 2 bytes) / 450e9
+    # 2 x 80 layers x (ring latency at 8 GPUs + 2 x 7/8 x (8192 x 8192 x 2 bytes) / (450e9 x bus efficiency))
     got = pf.prefill_allreduce_s("llama-3.1-70b", "h100-sxm", 8192, 8)
-    assert got == pytest.approx(160 * 2 * 7 / 8 * 8192 * 8192 * 2 / 450e9, rel=1e-12)
+    eff = assumptions.value("collectives.nvlink.bus_efficiency")
+    by_hand = 160 * (15.0e-6 + 2 * 7 / 8 * 8192 * 8192 * 2 / (450e9 * eff))
+    assert got == pytest.approx(by_hand, rel=1e-9)
     assert pf.prefill_allreduce_s("llama-3.1-70b", "h100-sxm", 8192, 1) == 0.0
-    with pytest.raises(ValueError, match="NVLink"):
-        pf.prefill_allreduce_s("llama-3.1-8b", "l4", 1024, 2)
+    # PCIe boards are priced over PCIe, not refused
+    assert pf.prefill_allreduce_s("llama-3.1-8b", "l4", 1024, 2) > 0
+
+
+def test_prefill_time_charges_tp_traffic_once_and_it_grows_with_tokens():
+    # Finding (issue 9): TP prefill ignored its all-reduce (TTFT ~ 1/TP); prefill-floor added it on top
+    # of an MFU that already included communication. Now: MFU compute-only, comm charged once.
+    dep = Deployment("llama-3.1-70b", "h100-sxm", tp=8)
+    for p in (2048, 32768):
+        t = pf.prefill_time(dep, p)
+        est = pf.prefill_estimate("llama-3.1-70b", "h100-sxm", p, 8, pf.default_mfu())
+        assert t.time_s == pytest.approx(est.time_s + t.allreduce_s, rel=1e-12)
+        assert t.allreduce_s == pytest.approx(pf.prefill_allreduce_s("llama-3.1-70b", "h100-sxm", p, 8), rel=1e-12)
+        assert pf.ttft_s(t) == t.time_s  # no second all-reduce on top
+    short, long = pf.prefill_time(dep, 2048), pf.prefill_time(dep, 32768)
+    assert 0.015 < short.allreduce_s < 0.035  # issue 9: about 20-28 ms at 2k tokens
+    assert 0.3 < long.allreduce_s < 0.5  # and ~400 ms at 32k
+    # TTFT does not scale as 1/TP: TP8 is more than 1/8 of TP1 (same compute-only MFU)
+    one = pf.prefill_time(Deployment("llama-3.1-70b", "h200", tp=1, weight_dtype="fp8"), 8192)
+    eight = pf.prefill_time(Deployment("llama-3.1-70b", "h200", tp=8, weight_dtype="fp8"), 8192)
+    assert eight.time_s > one.time_s / 8 * 1.2
 
 
 def test_ttft_is_the_sum():
-    est = pf.prefill_estimate("llama-3.1-70b", "h100-sxm", 4096, 8, 0.6)
-    assert pf.ttft_s(est) == est.time_s
-    assert pf.ttft_s(est, 0.1, 0.02, 0.003) == pytest.approx(est.time_s + 0.123, rel=1e-12)
+    t = pf.prefill_time(Deployment("llama-3.1-70b", "h100-sxm", tp=8), 4096)
+    assert pf.ttft_s(t) == t.time_s
+    assert pf.ttft_s(t, 0.1, 0.023) == pytest.approx(t.time_s + 0.123, rel=1e-12)
     with pytest.raises(ValueError, match="queue_s"):
-        pf.ttft_s(est, queue_s=-1)
+        pf.ttft_s(t, queue_s=-1)
+    with pytest.raises(ValueError, match="all-reduce"):  # a TP estimate without its traffic is refused
+        pf.ttft_s(pf.prefill_estimate("llama-3.1-70b", "h100-sxm", 4096, 8, 0.6))
+    one = pf.prefill_estimate("llama-3.1-8b", "h100-sxm", 4096, 1, 0.6)
+    assert pf.ttft_s(one, overhead_s=0.01) == pytest.approx(one.time_s + 0.01)
 
 
 # ---- crossover ------------------------------------------------------------------------------

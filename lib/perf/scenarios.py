@@ -1,0 +1,143 @@
+"""Reference scenarios and the quantities the book states about them, computed once.
+
+A notebook that glues, say, the decode step of Llama 3.1 70B on 8xH100 at batch 1 must glue
+the value :func:`quantity` computes here, whatever page it is on. ``GLUED`` declares which glued
+names of which notebooks are which quantity of which scenario; ``tests/book/test_consistency.py``
+reads the stored glue text of each and compares it with :func:`quantity` at the precision shown.
+A notebook that computes one of these quantities its own way fails that test.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field
+
+from lib.perf.deployment import Deployment
+
+SCENARIOS = {
+    "llama70b-h100x8": dict(model="llama-3.1-70b", gpu="h100-sxm", tp=8),
+    "llama70b-h200x8": dict(model="llama-3.1-70b", gpu="h200", tp=8),
+    "deepseekv3-fp8-h200x8": dict(model="deepseek-v3", gpu="h200", tp=8, weight_dtype="fp8",
+                                  kv_dtype="fp8", compute_dtype="fp8"),
+    "llama8b-l40s": dict(model="llama-3.1-8b", gpu="l40s", tp=1),
+    "qwen72b-mi300x8": dict(model="qwen2.5-72b", gpu="mi300x", tp=8),
+}
+QUANTITIES = ("decode_step_s", "decode_floor_s", "ttft_s", "kv_blocks", "kv_cache_bytes",
+              "max_concurrency", "max_sequences", "allreduce_s")
+
+
+@functools.cache
+def scenario(name: str) -> Deployment:
+    """The Deployment of a reference scenario (``SCENARIOS`` keys)."""
+    if name not in SCENARIOS:
+        raise ValueError(f"scenario must be one of {', '.join(SCENARIOS)}; got {name!r}")
+    return Deployment(**SCENARIOS[name])
+
+
+def quantity(kind: str, name: str, **args) -> float:
+    """One quantity of one scenario, SI units, from the one model of that quantity.
+
+    decode_step_s / decode_floor_s (batch, context): lib.perf.step.decode_step; ttft_s
+    (prompt_len, batch): lib.perf.prefill.prefill_time; kv_blocks, kv_cache_bytes,
+    max_concurrency / max_sequences (context): the memory budget; allreduce_s (message_bytes):
+    lib.perf.collectives over the scenario's TP group.
+    """
+    from lib.perf import collectives, prefill, step
+
+    dep = scenario(name)
+    if kind in ("decode_step_s", "decode_floor_s"):
+        s = step.decode_step(dep, args.get("batch", 1), args.get("context", 0))
+        return s.total_s if kind == "decode_step_s" else s.floor_s
+    if kind == "ttft_s":
+        return prefill.prefill_time(dep, args["prompt_len"], args.get("batch", 1)).time_s
+    if kind == "kv_blocks":
+        return float(dep.budget.num_blocks)
+    if kind == "kv_cache_bytes":
+        return dep.budget.kv_cache_bytes
+    if kind == "max_concurrency":
+        return dep.budget.max_concurrency(args["context"])
+    if kind == "max_sequences":
+        return float(dep.budget.max_sequences(args["context"]))
+    if kind == "allreduce_s":
+        return collectives.all_reduce_s(args["message_bytes"], dep.tp, dep.chip)
+    raise ValueError(f"kind must be one of {', '.join(QUANTITIES)}; got {kind!r}")
+
+
+# ---- reading a glued text back as a number --------------------------------------------------
+
+_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9,
+          "B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+          "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40,
+          "k": 1e3, "M": 1e6, "B_count": 1e9}
+_NUMBER = re.compile(r"^\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)\s*([A-Za-zµ]*)\s*$")
+
+
+def parse_glued(text: str) -> tuple[float, float]:
+    """(value in SI, half a unit of the last digit shown, in SI) of a glued text like '11.9 ms'."""
+    m = _NUMBER.match(text)
+    if not m:
+        raise ValueError(f"glued text {text!r} is not a number with an optional unit")
+    digits, unit = m.group(1).replace(",", ""), m.group(2)
+    if unit not in _UNITS:
+        raise ValueError(f"unit {unit!r} of {text!r} is not one of {', '.join(u for u in _UNITS if u)}")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    scale = _UNITS[unit]
+    return float(digits) * scale, 0.5 * 10.0**-decimals * scale
+
+
+@dataclass(frozen=True)
+class Glued:
+    """A declaration: glue ``name`` of notebook ``slug`` states ``kind`` of ``scenario``."""
+
+    slug: str
+    name: str
+    kind: str
+    scenario: str
+    args: dict = field(default_factory=dict)
+
+    def expected(self) -> float:
+        return quantity(self.kind, self.scenario, **self.args)
+
+
+def agrees(text: str, expected: float) -> bool:
+    """Whether a glued text states ``expected`` to the precision it shows."""
+    value, half_ulp = parse_glued(text)
+    return math.isclose(value, expected, rel_tol=1e-9, abs_tol=half_ulp * 1.0001)
+
+
+GLUED: tuple[Glued, ...] = ()
+
+
+def glued_texts(nb: dict) -> dict[str, str]:
+    """{glue name: glued text} from a notebook's stored outputs (myst-nb's scrapbook records)."""
+    out = {}
+    for cell in nb.get("cells", []):
+        for o in cell.get("outputs", []):
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name is not None:
+                text = o.get("data", {}).get("application/papermill.record/text/plain")
+                if text is not None:
+                    out[name] = text.strip("'\"")
+    return out
+
+
+def inconsistencies(nb: dict, slug: str, declared: tuple[Glued, ...] | None = None) -> list[str]:
+    """Each declared glue of notebook ``slug`` whose stored text disagrees with :func:`quantity`
+    (or is missing), as one line: which glue, what it says, what the one model says."""
+    texts = glued_texts(nb)
+    problems = []
+    for g in GLUED if declared is None else declared:
+        if g.slug != slug:
+            continue
+        if g.name not in texts:
+            problems.append(f"{slug}: glue {g.name!r} is declared ({g.kind} of {g.scenario}) but not glued")
+            continue
+        want = g.expected()
+        if not agrees(texts[g.name], want):
+            problems.append(
+                f"{slug}: glue {g.name!r} says {texts[g.name]} but {g.kind} of {g.scenario} "
+                f"{g.args or ''} is {want:.6g} (SI) in the one model"
+            )
+    return problems
