@@ -27,7 +27,9 @@ from lib.kvcache import (
     content_oracle,
     ownership_oracle,
 )
-from lib.kvcache import paging as kp
+from lib.kvcache import allocator_grading as ag
+from lib.kvcache import block_sharing as bs
+from lib.kvcache import paged_waste as pw
 from lib.registry import models
 from lib.units import fmt_bytes, fmt_pct, sig
 
@@ -250,7 +252,7 @@ def defect_replay(
         if ops is not None:
             op = ops[i]
         else:
-            op = kp.random_program(
+            op = ag.random_program(
                 rng,
                 list(shadow),
                 [],
@@ -332,8 +334,8 @@ def block_sharing(
     per_token = models.model(model).kv_bytes_per_token(kv_dtype)
     p, g, n, b = prompt_tokens, output_tokens, width, block_size
     if workload == "parallel sampling":
-        x, shared, unshared = kp.parallel_sampling_curve(p, g, n, b)
-        end = kp.parallel_sampling_blocks(p, g, n, b)
+        x, shared, unshared = bs.parallel_sampling_curve(p, g, n, b)
+        end = bs.parallel_sampling_blocks(p, g, n, b)
         xlabel = "tokens generated per sample"
     elif workload == "beam search":
         if n * g > _BEAM_BUDGET:
@@ -341,15 +343,15 @@ def block_sharing(
                 f"beam search here is limited to beams x output tokens <= {_BEAM_BUDGET:,}; "
                 f"got {n} x {g}: lower one of them"
             )
-        parents = kp.beam_search_parents(n, g, seed)
+        parents = bs.beam_search_parents(n, g, seed)
         x = np.unique(np.linspace(0, g, 17).astype(int))
-        counts = kp.beam_search_blocks(p, parents, b, at_steps=x.tolist())
+        counts = bs.beam_search_blocks(p, parents, b, at_steps=x.tolist())
         shared = np.array([c.blocks_shared for c in counts])
         unshared = np.array([c.blocks_unshared for c in counts])
         end = counts[-1]
         xlabel = "beam steps"
     elif workload == "shared system prompt":
-        end = kp.shared_prefix_blocks(p, own_tokens, g, n, b)
+        end = bs.shared_prefix_blocks(p, own_tokens, g, n, b)
         x = np.arange(n + 1)
         tail = -(-(p % b + own_tokens + g) // b)
         shared = -(-p // b) + x * tail
@@ -364,8 +366,8 @@ def block_sharing(
     ax.set_ylabel("blocks in use")
     ax.legend(fontsize=7)
     fig.subplots_adjust(left=0.13, right=0.97, bottom=0.17, top=0.96)
-    avg = kp.time_averaged_saving(shared, unshared) if np.sum(unshared) else 0.0
-    cost = kp.misaligned_prompt_cost(p, n, b, per_token)
+    avg = bs.time_averaged_saving(shared, unshared) if np.sum(unshared) else 0.0
+    cost = bs.misaligned_prompt_cost(p, n, b, per_token)
     rows = [
         (
             "blocks at the end: without / with sharing",
@@ -420,14 +422,14 @@ def paged_waste(
     """I011: paged waste (bound, (B-1)/2, simulated) vs contiguous max / pow2 reservation."""
     m = models.model(model)
     per_token = m.kv_bytes_per_token(kv_dtype)
-    lengths = kp.sample_lognormal_lengths(_SIM_SEQUENCES, median_tokens, sigma, max_tokens, seed)
-    s = kp.waste_summary(lengths, block_size, max_tokens)
+    lengths = pw.sample_lognormal_lengths(_SIM_SEQUENCES, median_tokens, sigma, max_tokens, seed)
+    s = pw.waste_summary(lengths, block_size, max_tokens)
     sizes = [2**i for i in range(9)]
-    sim = [kp.waste_summary(lengths, bs, max_tokens).mean_waste_tokens("paged") for bs in sizes]
+    sim = [pw.waste_summary(lengths, bs, max_tokens).mean_waste_tokens("paged") for bs in sizes]
     fig, (ax1, ax2) = subplots(7.2, 2.8, 2)
     ax1.loglog(
         sizes,
-        [max(kp.uniform_residue_waste_tokens(bs), 0.1) for bs in sizes],
+        [max(pw.uniform_residue_waste_tokens(bs), 0.1) for bs in sizes],
         "--",
         label="(B-1)/2",
     )
@@ -452,7 +454,7 @@ def paged_waste(
         ),
         (
             "paged waste, closed form (B-1)/2",
-            f"{sig(kp.uniform_residue_waste_tokens(block_size))} tokens",
+            f"{sig(pw.uniform_residue_waste_tokens(block_size))} tokens",
         ),
         (
             "paged waste, simulated mean / max",

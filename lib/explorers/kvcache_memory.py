@@ -10,6 +10,7 @@ from lib.book.svgplot import figure
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import memory as mem
 from lib.perf import prefill as pf
+from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
 from lib.units import GiB, fmt_bytes, fmt_pct, fmt_time, sig
 
@@ -113,15 +114,16 @@ def long_context(
     """N031: capacity, TTFT and the scheduler as context grows; where each one breaks."""
     m, g = models.model(model), hardware.gpu(gpu)
     cdt = _compute_dtype(weight_dtype)
-    budget = mem.memory_budget(m, g, tp, weight_dtype, kv_dtype)
+    dep = Deployment(m, g, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=cdt)
+    budget = dep.budget
     cap_ctx = mem.capacity_break_context(budget, target_sequences)
-    ttft_ctx = pf.prompt_len_for_time(m, g, ttft_slo_s, tp, mfu, cdt)
+    ttft_ctx = mem.ttft_break_context(dep, ttft_slo_s, mfu)
     share = mem.fact("headroom_fraction_for_admission")
     sched_ctx = mem.scheduler_break_context(budget)
     xs = np.unique(np.geomspace(1024, max(4 * context, 1 << 20), 32).astype(int))
     seqs = np.array([budget.token_capacity / x for x in xs])
     ttft = np.array(
-        [pf.prefill_estimate(m, g, int(x), tp, mfu, weight_dtype, cdt, kv_dtype).time_s for x in xs]
+        [pf.prefill_time(dep, int(x), mfu=mfu).time_s for x in xs]
     )
     shares = np.array([mem.admission_share(budget, int(x)) for x in xs])
     fig, ax = _figure(6.0, 3.2)
@@ -134,9 +136,9 @@ def long_context(
     ax.set_ylabel("margin (breaks below 1)")
     ax.minorticks_off()
     ax.legend(fontsize=7)
-    est = pf.prefill_estimate(m, g, context, tp, mfu, weight_dtype, cdt, kv_dtype)
+    est = pf.prefill_time(dep, context, mfu=mfu)
     chunk = min(budget.max_num_batched_tokens, context)
-    last_step = mem.prefill_chunk_step_s(m, g, chunk, max(0, context - chunk), tp, mfu, cdt)
+    last_step = mem.prefill_chunk_step_s(dep, chunk, max(0, context - chunk), 0, mfu)
     rows = [
         (
             "KV of one request",
@@ -144,7 +146,7 @@ def long_context(
             f"({fmt_bytes(context * budget.kv_bytes_per_token_per_gpu)} per GPU)",
         ),
         ("requests that fit", f"{budget.max_sequences(context):,}"),
-        ("prefill (TTFT floor)", fmt_time(est.time_s)),
+        ("prefill (prefill_time, all-reduce included)", fmt_time(est.time_s)),
         ("last chunked-prefill step", fmt_time(last_step)),
         ("one request's share of the pool", fmt_pct(mem.admission_share(budget, context))),
         ("capacity breaks at", f"{cap_ctx:,} tokens"),

@@ -8,6 +8,7 @@ from lib.book.svgplot import figure
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import roofline as rf
 from lib.perf.deployment import Deployment
+from lib.perf.prefill import prefill_time
 from lib.perf.step import decode_step, step_assumptions
 from lib.registry import hardware, models
 from lib.registry.dtypes import BYTES_PER_ELEMENT
@@ -116,11 +117,15 @@ def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, kv_dtype: str, 
     ax.set_ylabel("ms")
     ax.legend(fontsize=7)
     step = rf.prefill(m, g, prompt_len, tp, 1, dtype, dtype, kv_dtype)
-    ttft = max(step.compute_s / mfu, step.memory_s)
+    floor = max(step.compute_s / mfu, step.memory_s)
+    dep = Deployment(m.key, g.key, tp=tp, weight_dtype=dtype, compute_dtype=dtype, kv_dtype=kv_dtype)
+    full = prefill_time(dep, prompt_len, mfu=mfu)  # THE prefill time: the floor plus the TP all-reduces
     rows = [("crossover (peak FLOPs)", f"{sig(crossover)} tokens"),
             ("crossover at this MFU", f"{sig(crossover * mfu)} tokens"),
             ("prefill bound", "compute" if step.compute_s / mfu >= step.memory_s else "memory"),
-            ("TTFT floor (prefill only)", fmt_time(ttft))]
+            ("prefill floor (no communication)", fmt_time(floor)),
+            ("TP all-reduces (grow with the prompt)", fmt_time(full.allreduce_s)),
+            ("TTFT = prefill time, queueing excluded", fmt_time(full.time_s))]
     return View(f"{m.key} on {tp}x {g.key} ({dtype}, KV {kv_dtype})", rows, fig,
-                values={"crossover": crossover, "ttft": ttft})
+                values={"crossover": crossover, "floor": floor, "ttft": full.time_s})
 

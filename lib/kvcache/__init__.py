@@ -7,7 +7,8 @@
 * :mod:`.chained_hash`: block prefix caching by chained hashes, verified on hit (vLLM APC-style).
 * :mod:`.eviction`: head-first vs tail-first eviction and the bytes it strands.
 * :mod:`.workloads`: seeded multi-turn chat and branching agent traces.
-* :mod:`.paging`: paged-KV arithmetic (waste, block sizes, sharing counts) and allocator grading.
+* :mod:`.paged_waste`: paged-KV waste and block size; :mod:`.block_sharing`: sharing counts and
+  copy-on-write replays; :mod:`.allocator_grading`: the allocator grader and its oracles.
 * :mod:`.recompute_fetch`: recompute a prefix (lib.perf.prefill.prefill_time) or fetch its KV
   from a storage tier: the one home of the break-even; :mod:`.tiering`: HBM/DRAM/SSD tiers, wear.
 * :mod:`.prefix_hits`: prefix-cache hit rates on traces and the prefill they save.

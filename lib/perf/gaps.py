@@ -274,7 +274,9 @@ def mixed_prefill_s(dep: Deployment, step: st.DecodeStep, chunk_tokens: float, p
     share = chunk / prompt_len of one prefill; its compute (at the prefill MFU x
     ``clock_fraction``) runs under the weight read the decode step already streams
     (``step["weights"] + step["weight_bandwidth_shortfall"]``), so only what exceeds that read is
-    added, plus the chunk's tensor-parallel all-reduce traffic (never hidden).
+    added, plus the chunk's tensor-parallel all-reduce traffic (never hidden). The chunk's
+    all-reduces ride in the step's own calls, so their latency share (a few percent of that
+    traffic at 2k-token prompts) is counted twice: an upper estimate, said here.
     """
     dep = _dep(dep)
     fraction("clock_fraction", clock_fraction, allow_zero=False)

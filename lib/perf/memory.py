@@ -782,9 +782,15 @@ def memory_budget(
 def naive_kv_bytes(
     mdl: str | Model, chip: str | GPU, tp: int = 1, weight_dtype: str = "bf16"
 ) -> float:
-    """The one-line answer: datasheet memory - weights / tp (no utilization, no overheads), bytes:
-    :func:`kv_free_bytes_per_gpu` at utilization 1 and no reserve."""
-    return kv_free_bytes_per_gpu(mdl, chip, tp, weight_dtype)
+    """The naive one-line answer, NOT the capacity: datasheet memory - weights / tp, bytes per GPU.
+
+    M_datasheet - W b / tp, with no utilization, no driver-visible memory, no activations, CUDA
+    graphs or NCCL buffers. Notebooks show it only to say how far it is from the real pool,
+    :func:`memory_budget` (``Deployment.budget``), which is THE KV capacity of the book.
+    Negative when the weights alone exceed the card.
+    """
+    m, g = model(mdl), gpu(chip)
+    return g.memory_bytes - weight_bytes_per_gpu(m, _check_tp(m, tp), weight_dtype)
 
 
 # ---- fleets: n GPUs as replicas of one layout ----------------------------------------------------------
@@ -891,30 +897,57 @@ def gpu_hour_cost(n_gpu_equivalents: float, usd_per_gpu_hour: float | None = Non
 # ---- 4. long context ----------------------------------------------------------------------
 
 
-def prefill_chunk_step_s(
+def prefill_chunk_compute_s(
     mdl: str | Model,
     chip: str | GPU,
     chunk_tokens: int,
     position: int,
     tp: int = 1,
-    mfu: float = 1.0,
+    mfu: float | None = None,
     compute_dtype: str = "bf16",
 ) -> float:
-    """Compute time of one chunked-prefill step: ``chunk_tokens`` new tokens after ``position`` cached ones.
+    """Compute part of one chunked-prefill step: ``chunk_tokens`` new tokens after ``position`` cached ones.
 
     FLOPs = C x 2N + a x (C p + C (C + 1) / 2), a = attention FLOPs per (query, key) pair; time =
-    FLOPs / (tp x peak x mfu). The attention term grows with the position, so a fixed token
-    budget stops bounding the step time once p passes 2N / a (the attention crossover).
+    FLOPs / (tp x peak x mfu), the compute term of :func:`lib.perf.prefill.prefill_time` at the
+    compute-only MFU (None: ``prefill.prefill_mfu``). The attention term grows with the position,
+    so a fixed token budget stops bounding the step time once p passes 2N / a (the attention
+    crossover). The step's wall time is :func:`prefill_chunk_step_s`.
     """
+    from lib.perf.prefill import default_mfu
+
     m, g = model(mdl), gpu(chip)
     tp = _check_tp(m, tp)
     c = integer("chunk_tokens", chunk_tokens, 1)
     p = real("position", position, 0)
-    u = fraction("mfu", mfu, allow_zero=False)
+    u = default_mfu(mfu)
     flops = c * m.weight_flops_per_token() + m.attention_flops_per_token(1) * (
         c * p + c * (c + 1) / 2
     )
     return flops / (tp * g.peak_flops(compute_dtype) * u)
+
+
+def prefill_chunk_step_s(dep, chunk_tokens: int, position: int, other_tokens: int = 0,
+                         mfu: float | None = None) -> float:
+    """Wall time of one chunked-prefill step of the replica ``dep``, seconds: ``chunk_tokens`` of a
+    prompt at ``position`` plus ``other_tokens`` of other requests' prefill (2N FLOPs each).
+
+    max(compute, weight read) + the TP all-reduces of every token in the step, the terms of
+    :func:`lib.perf.prefill.prefill_time`: compute = :func:`prefill_chunk_compute_s` + others x 2N /
+    (tp peak mfu); weight read and all-reduce from :mod:`lib.perf.prefill` for the step's tokens.
+    """
+    from lib.perf.prefill import default_mfu, prefill_allreduce_s, prefill_estimate
+
+    m, g, tp = dep.mdl, dep.chip, dep.tp
+    u = default_mfu(mfu)
+    other = integer("other_tokens", other_tokens, 0)
+    c = integer("chunk_tokens", chunk_tokens, 1)
+    compute = prefill_chunk_compute_s(m, g, c, position, tp, u, dep.compute_dtype) + (
+        other * m.weight_flops_per_token() / (tp * g.peak_flops(dep.compute_dtype) * u)
+    )
+    tokens = c + other
+    read = prefill_estimate(m, g, tokens, tp, u, dep.weight_dtype, dep.compute_dtype, dep.kv_dtype).memory_s
+    return max(compute, read) + prefill_allreduce_s(m, g, tokens, tp, 1, dep.act_dtype)
 
 
 def capacity_break_context(budget: MemoryBudget, target_sequences: int) -> int:
@@ -975,39 +1008,24 @@ def ttft_break_context(dep, ttft_slo_s: float, mfu: float | None = None) -> int:
     return lo
 
 
-def capped_long_prefill_s(
-    mdl: str | Model,
-    chip: str | GPU,
-    prompt_len: int,
-    cap_tokens: int,
-    step_tokens: int,
-    tp: int = 1,
-    mfu: float = 1.0,
-    compute_dtype: str = "bf16",
-) -> float:
+def capped_long_prefill_s(dep, prompt_len: int, cap_tokens: int, step_tokens: int,
+                          mfu: float | None = None) -> float:
     """Time to first token of a long prompt prefilled at most ``cap_tokens`` per step, seconds.
 
     Each step runs ``step_tokens`` tokens (the scheduler's budget): c_k = min(cap, remaining)
-    of the long prompt at position p_k, and step_tokens - c_k tokens of other requests at 2N
-    FLOPs each. TTFT = sum_k [chunk_step(c_k, p_k) + (step_tokens - c_k) x 2N / (tp P mfu)].
-    With cap = step_tokens and no other work this is the plain prefill; a smaller cap lets short
+    of the long prompt at position p_k, and step_tokens - c_k tokens of other requests.
+    TTFT = sum_k :func:`prefill_chunk_step_s` (c_k, p_k, step_tokens - c_k). With cap =
+    step_tokens and no other work this is the plain chunked prefill; a smaller cap lets short
     requests share every step (no head-of-line wait) and stretches the long request's TTFT.
     """
-    m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
     p_len = integer("prompt_len", prompt_len, 1)
     cap = integer("cap_tokens", cap_tokens, 1)
     budget = integer("step_tokens", step_tokens, 1)
     if cap > budget:
         raise ValueError(f"cap_tokens={cap} cannot exceed step_tokens={budget}")
-    rate = tp * g.peak_flops(compute_dtype) * fraction("mfu", mfu, allow_zero=False)
-    other_per_token = m.weight_flops_per_token() / rate
     total, pos = 0.0, 0
     while pos < p_len:
         c = min(cap, p_len - pos)
-        total += (
-            prefill_chunk_step_s(m, g, c, pos, tp, mfu, compute_dtype)
-            + (budget - c) * other_per_token
-        )
+        total += prefill_chunk_step_s(dep, c, pos, budget - c, mfu)
         pos += c
     return total

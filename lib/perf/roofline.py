@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lib.inputs import fraction, integer, real
+from lib.inputs import integer, real
 from lib.perf.moe import expected_experts_touched
 from lib.registry.dtypes import bytes_per_element
 from lib.registry.hardware import GPU, gpu

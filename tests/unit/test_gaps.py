@@ -14,6 +14,7 @@ from lib.perf import step as stp
 from lib.perf.deployment import Deployment
 from lib.perf.moe import expected_experts_touched
 from lib.registry import assumptions
+from lib.units import sig
 
 DENSE = ("llama-3.1-8b", "llama-3.1-70b", "llama-2-7b", "llama-2-70b", "qwen2.5-72b")
 
@@ -193,3 +194,16 @@ def test_batch1_gap_explorer_defaults():
     assert math.isclose(sum(v[k] for k in ("floor",) + gaps.BUCKETS), v["step"], rel_tol=1e-12)
     assert math.isclose(v["step"], stp.decode_step(_dep("llama-3.1-70b", 8), 1, 4096).total_s,
                         rel_tol=1e-12)
+
+
+def test_where_it_breaks_capacity_is_the_engine_budget():
+    # issue 9: capacity comes from Deployment.budget (memory_budget on driver-visible memory), not
+    # from datasheet GB x utilization - weights; a batch past the pool is a clear message.
+    dep = _dep("llama-3.1-70b", 8)
+    room = dep.budget.max_concurrency(16000 + 250 // 2)
+    kw = dict(model="llama-3.1-70b", gpu="h100-sxm", tp=8, prompt_len=16000, output_len=250,
+              allreduce="ring", clock_fraction=1.0)
+    view = widgets.render("roofline.where_it_breaks", batch=32, **kw)
+    assert dict(view.rows)["KV pool holds (sequences)"] == sig(room)
+    too_many = widgets.render("roofline.where_it_breaks", batch=int(room) + 1, **kw)
+    assert isinstance(too_many, widgets.ErrorView) and "KV pool holds" in too_many.message

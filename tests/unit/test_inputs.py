@@ -218,13 +218,14 @@ def test_roofline_and_throughput_accept_numpy_integer_tp():
 
 
 def _calls():
-    from lib.perf import attention_intensity, decode_kernels, mbu, prefill, roofline, tpdecode
+    from lib.perf import attention_intensity, decode_kernels, mbu, prefill, roofline, step
+    from lib.perf.deployment import Deployment
 
     m70, h100 = "llama-3.1-70b", "h100-sxm"
     return [
         # roofline.decode_step takes a fractional batch (bisection) and checks only its range
         (roofline.decode_step, (m70, h100), {"tp": 8}),
-        (tpdecode.decode_step, (m70, h100), {"tp": 8, "batch": 64, "context": 8192}),
+        (step.decode_step, (Deployment(m70, h100, tp=8),), {"batch": 64, "context": 8192}),
         (decode_kernels.decode_step_kernels, (m70, h100), {"batch": 64, "context": 8192, "tp": 8}),
         (mbu.step_bytes, (m70,), {"batch": 64, "context": 8192, "tp": 8}),
         (prefill.prefill_estimate, (m70, h100), {"prompt_len": 8192, "n_gpus": 8}),

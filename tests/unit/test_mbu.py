@@ -13,7 +13,6 @@ from lib.registry.models import model
 from lib.units import GB, GiB
 
 
-
 def _step(key, chip, tp, batch, context, weight_dtype="bf16"):
     return decode_step(Deployment(key, chip, tp=tp, weight_dtype=weight_dtype), batch, context)
 

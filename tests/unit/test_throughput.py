@@ -1,172 +1,144 @@
-"""lib.perf.throughput: the decode step-time line, its knee and the KV-capacity ceiling."""
+"""lib.perf.throughput: throughput against batch, read off the one decode-step model."""
+
+from __future__ import annotations
 
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib.perf import memory, roofline
+from lib.perf import roofline
 from lib.perf import throughput as tput
-from lib.registry.models import model
+from lib.perf.deployment import Deployment
+from lib.perf.step import decode_step, step_assumptions
 
-DENSE = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-72b", "llama-2-7b"]
-
-
-def test_fixed_cost_is_the_published_weight_floor():
-    # (70.6B parameters (Llama 3.1 70B HF card) - the 128,256 x 8,192 embedding table, read a row
-    # at a time) x 2 bytes / (8 x 3.35 TB/s, NVIDIA H100 SXM) = 5.19 ms
-    line = tput.decode_step_line("llama-3.1-70b", "h100-sxm", 4096, tp=8)
-    assert math.isclose(line.fixed_s, (70.6e9 - 128_256 * 8_192) * 2 / (8 * 3.35e12), rel_tol=0.005)
-    # per-sequence KV: 4096 tokens x 320 KiB/token (80 layers x 8 KV heads x 128 x 2 x 2 B) / 8 ranks
-    assert math.isclose(line.kv_s, 4096 * 327_680 / 8 / 3.35e12, rel_tol=1e-9)
-    # and its embedding row: 8,192 x 2 B / 8 ranks
-    assert math.isclose(line.row_s, 8_192 * 2 / 8 / 3.35e12, rel_tol=1e-12)
+DEP = Deployment("llama-3.1-70b", "h100-sxm", tp=8)
 
 
-@given(
-    st.sampled_from(DENSE),
-    st.sampled_from(["h100-sxm", "h200", "b200", "a100-sxm"]),
-    st.sampled_from([1, 2, 4, 8]),
-    st.integers(1, 512),
-    st.integers(0, 32768),
-)
-def test_line_is_the_no_overlap_sum_of_the_roofline_terms(mdl, chip, tp, batch, context):
-    # second method: lib.perf.roofline.decode_step's memory and compute terms, added
-    line = tput.decode_step_line(mdl, chip, context, tp)
-    step = roofline.decode_step(mdl, chip, tp=tp, batch=batch, context=context)
-    assert math.isclose(line.step_s(batch), step.memory_s + step.compute_s, rel_tol=1e-9)
-    assert line.step_s(batch) >= step.time_s * (
-        1 - 1e-12
-    )  # an upper bound on the overlapped roofline
+def test_throughput_is_the_step_models():
+    # no second step model: every number is decode_step's
+    for b in (1, 7, 300):
+        assert tput.step_s(DEP, b, 4096) == decode_step(DEP, b, 4096).total_s
+        assert tput.tokens_per_s(DEP, b, 4096) == decode_step(DEP, b, 4096).tokens_per_s
 
 
-@given(st.floats(1e-5, 1.0), st.floats(1e-7, 1e-2), st.floats(0.0, 1e-2))
-def test_knee_halves_the_ceiling_and_doubles_the_step(t0, kv, comp):
-    line = tput.StepLine(t0, kv, comp)
-    b = line.knee_batch
-    assert math.isclose(line.throughput(b), line.ceiling_tokens_per_s / 2, rel_tol=1e-9)
-    assert math.isclose(line.step_s(b), 2 * t0, rel_tol=1e-9)
+def test_regression_gemm_flops_overlap_the_weight_read():
+    # issue 9: the old line added each GEMM's FLOP time to its weight read. On the modelled step a
+    # batch far below the ridge pays no compute beyond the read, and the per-sequence cost at large
+    # batch is the KV read plus the GEMM FLOPs (which only then exceed the reads), not their sum
+    # at every batch.
+    assert decode_step(DEP, 8, 4096)["compute_excess"] == 0.0
+    per = tput.per_sequence_buckets(DEP, 4096)
+    kv_floor = 4096 * 327_680 / 8 / 3.35e12  # published: 327,680 B/token (80 x 8 x 128 x 2 x 2 B), H100 3.35 TB/s
+    assert math.isclose(per["kv_cache"], kv_floor, rel_tol=1e-9)
+    assert per["weights"] == pytest.approx(0.0, abs=1e-15)  # the weight read is paid once per step
+    # the knee on the modelled step is not the old no-overlap line's 75 sequences
+    assert 80 < tput.knee_batch(DEP, 4096) < 110
 
 
-@given(st.floats(1e-4, 0.1), st.floats(1e-6, 1e-3), st.floats(0.01, 0.99))
-def test_batch_for_fraction_against_bisection(t0, c, f):
-    line = tput.StepLine(t0, c, 0.0)
-    lo, hi = 0.0, 1e12
-    for _ in range(300):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if line.throughput(mid) < f * line.ceiling_tokens_per_s else (lo, mid)
-    assert math.isclose(line.batch_for_fraction(f), lo, rel_tol=1e-6)
+def test_ceiling_is_the_large_batch_slope():
+    c = tput.per_sequence_s(DEP, 4096)
+    b = 1 << 14
+    slope = (tput.step_s(DEP, 2 * b, 4096) - tput.step_s(DEP, b, 4096)) / b
+    assert math.isclose(c, slope, rel_tol=1e-6)
+    assert math.isclose(tput.throughput_ceiling(DEP, 4096), 1 / c, rel_tol=1e-12)
+    # and no batch passes it
+    for b in (1, 100, 1000, 100_000):
+        assert tput.tokens_per_s(DEP, b, 4096) < tput.throughput_ceiling(DEP, 4096)
 
 
-def test_batch_for_step_time_inverts_the_line():
-    line = tput.StepLine(0.005, 1e-4, 2e-5)
-    b = line.batch_for_step_time(0.02)
-    assert math.isclose(line.step_s(b), 0.02, rel_tol=1e-12)
-    with pytest.raises(ValueError, match="weight-read floor"):
-        line.batch_for_step_time(0.001)
-
-
-def test_kv_ceiling_published_numbers():
-    # Llama 3.1 8B on one H100: 0.9 x 80 GB - 8.03e9 x 2 B = 55.9 GB free; 4096 tokens x 128 KiB = 537 MB per sequence
-    free = 0.9 * 80e9 - model("llama-3.1-8b").params_total * 2
-    assert tput.kv_batch_ceiling("llama-3.1-8b", "h100-sxm", 4096) == int(free // (4096 * 131_072))
-    assert tput.kv_batch_ceiling("llama-3.1-8b", "h100-sxm", 4096) == 104
-
-
-@given(
-    st.sampled_from(DENSE),
-    st.sampled_from(["h100-sxm", "h200", "b200"]),
-    st.sampled_from([2, 4, 8]),
-    st.integers(512, 65536),
-)
-def test_kv_ceiling_against_brute_force_allocation(mdl, chip, tp, context):
-    m = model(mdl)
-    budget = memory.kv_free_bytes_per_gpu(m, chip, tp, memory_utilization=0.9)  # the ceiling's default
-    if budget < 0:
-        with pytest.raises(ValueError, match="weights"):
-            tput.kv_batch_ceiling(m, chip, context, tp)
+@settings(max_examples=10, deadline=None)
+@given(st.floats(0.05, 0.95))
+def test_batch_for_fraction_against_a_scan(f):
+    dep = Deployment("llama-3.1-8b", "l40s")
+    b_f = tput.batch_for_fraction(dep, 1024, f)
+    target = f * tput.throughput_ceiling(dep, 1024)
+    if b_f < 1:
+        assert tput.tokens_per_s(dep, 1, 1024) >= target
         return
-    per_seq = tput.kv_bytes_per_sequence_per_gpu(m, context, tp)
-    n, used = 0, 0.0  # admit sequences one at a time until the next would not fit
-    while used + per_seq <= budget and n < 10**6:
-        used += per_seq
-        n += 1
-    assert tput.kv_batch_ceiling(m, chip, context, tp) == n
+    lo = math.floor(b_f)
+    assert tput.tokens_per_s(dep, lo, 1024) <= target * (1 + 1e-12)
+    assert tput.tokens_per_s(dep, lo + 1, 1024) >= target * (1 - 1e-12)
+    # interpolated step at b_f gives exactly the target
+    assert math.isclose(b_f / tput.step_s_at(dep, b_f, 1024), target, rel_tol=1e-9)
 
 
-def test_compute_bound_batch_is_where_the_roofline_flips():
-    # short context: per-sequence compute exceeds per-sequence KV read, so a finite batch flips it
-    line = tput.decode_step_line("llama-3.1-8b", "h100-sxm", 128)
-    b = tput.compute_bound_batch(line, "llama-3.1-8b", "h100-sxm", 128)
-    below = roofline.decode_step("llama-3.1-8b", "h100-sxm", batch=math.floor(b), context=128)
-    above = roofline.decode_step("llama-3.1-8b", "h100-sxm", batch=math.ceil(b) + 1, context=128)
-    assert below.bound == "memory" and above.bound == "compute"
-    # long context: each sequence's KV read outweighs its FLOPs, the tensor cores never bind
-    line = tput.decode_step_line("llama-3.1-70b", "h100-sxm", 4096, tp=8)
-    assert math.isinf(tput.compute_bound_batch(line, "llama-3.1-70b", "h100-sxm", 4096, tp=8))
+def test_knee_is_half_the_ceiling_and_a_crossing():
+    k = tput.knee_batch(DEP, 4096)
+    assert math.isclose(k / tput.step_s_at(DEP, k, 4096), 0.5 * tput.throughput_ceiling(DEP, 4096), rel_tol=1e-9)
+    assert "not an optimum" in tput.knee_batch.__doc__
+
+
+def test_batch_for_step_time_inverts_the_step():
+    b = tput.batch_for_step_time(DEP, 4096, 0.05)
+    assert math.isclose(tput.step_s_at(DEP, b, 4096), 0.05, rel_tol=1e-9)
+    with pytest.raises(ValueError, match="below the batch-1 step"):
+        tput.batch_for_step_time(DEP, 4096, 1e-3)
+
+
+def test_batch_for_tokens_per_s_beyond_the_ceiling_is_infinite():
+    assert tput.batch_for_tokens_per_s(DEP, 4096, 2 * tput.throughput_ceiling(DEP, 4096)) == math.inf
+
+
+def test_kv_ceiling_is_the_memory_budget_with_its_fraction():
+    # issue 9: capacity from memory_budget on driver-visible memory, not datasheet GB x 0.9 - weights
+    b = tput.kv_batch_ceiling(DEP, 4096)
+    assert b == DEP.budget.max_concurrency(4096)
+    naive = (80e9 * 0.9 - 141.1e9 / 8) / (4096 * 327_680 / 8)  # the old formula: 324
+    assert b != pytest.approx(naive, rel=0.01)
+    per_seq = tput.kv_bytes_per_sequence_per_gpu(DEP, 4096)
+    assert math.isclose(per_seq, 4096 * 327_680 / 8, rel_tol=1e-12)
+    assert abs(DEP.budget.kv_cache_bytes / per_seq - b) <= DEP.block_size / 4096
+    assert b != int(b)  # kept with its fraction
+
+
+def test_compute_bound_batch_is_where_the_gemms_flip():
+    b = tput.compute_bound_batch(DEP, 4096)
+    assert decode_step(DEP, int(b), 4096)["compute_excess"] > 0
+    assert decode_step(DEP, int(b) - 1, 4096)["compute_excess"] == 0
+    # near the ridge of the achieved rates: P eta_P / (W eta_W) FLOP/byte over 2 FLOPs per weight byte at BF16
+    a = step_assumptions()
+    ridge = 989e12 * a.matmul_efficiency / (3.35e12 * a.gemv_efficiency)
+    assert 0.8 * ridge < b < 1.2 * ridge
+
+
+def test_step_never_beats_its_roofline_bound():
+    for b in (1, 64, 1024):
+        bound = roofline.decode_step("llama-3.1-70b", "h100-sxm", 8, b, 4096)
+        assert tput.step_s(DEP, b, 4096) >= bound.time_s
+    assert tput.throughput_ceiling(DEP, 4096) < tput.tensor_core_ceiling_tokens_per_s(DEP, 4096)
 
 
 def test_tensor_core_ceiling():
-    m = model("llama-3.1-70b")
-    x = tput.tensor_core_ceiling_tokens_per_s(m, "h100-sxm", 1024, tp=8)
-    assert math.isclose(x, 8 * 989e12 / m.flops_per_token(1024), rel_tol=1e-12)
+    dep = Deployment("llama-3.1-8b", "h100-sxm")
+    assert math.isclose(tput.tensor_core_ceiling_tokens_per_s(dep, 0),
+                        989e12 / dep.mdl.flops_per_token(0), rel_tol=1e-3)
 
 
 def test_smallest_tp_that_fits():
-    # 70B BF16 = 141 GB: 2 x H100 hold 144 GB usable; one H200 holds 127 GB, so also 2
-    assert tput.smallest_tp_that_fits("llama-3.1-70b", "h100-sxm") == 2
-    assert tput.smallest_tp_that_fits("llama-3.1-70b", "h200") == 2
-    assert tput.smallest_tp_that_fits("llama-3.1-70b", "h200", "fp8") == 1
-    # 405B BF16 = 811 GB: 8 x 72 GB is too little, 16 GPUs hold it
-    assert tput.smallest_tp_that_fits("llama-3.1-405b", "h100-sxm") == 16
+    dep = Deployment("llama-3.1-70b", "h100-sxm", tp=8)
+    assert tput.smallest_tp_that_fits(dep) == 2  # 141 GB of BF16 weights: one 85 GB card cannot hold them
+    big = 200 * 4096 * 327_680  # 200 sequences of 4k tokens
+    tp = tput.smallest_tp_that_fits(dep, big)
+    assert Deployment("llama-3.1-70b", "h100-sxm", tp=tp).budget.max_concurrency(4096) >= 200
     with pytest.raises(ValueError, match="does not fit"):
-        tput.smallest_tp_that_fits("llama-3.1-405b", "l4", max_tp=8)
+        tput.smallest_tp_that_fits(dep, 1e15, max_tp=8)
 
 
 def test_validation_messages():
-    with pytest.raises(ValueError, match="tp=3 must divide"):
-        tput.decode_step_line("llama-3.1-8b", "h100-sxm", 1024, tp=3)
+    with pytest.raises(ValueError, match="Deployment"):
+        tput.throughput_ceiling("llama-3.1-70b", 4096)
+    with pytest.raises(ValueError, match="fraction_of_ceiling"):
+        tput.batch_for_fraction(DEP, 4096, 1.0)
     with pytest.raises(ValueError, match="context"):
-        tput.decode_step_line("llama-3.1-8b", "h100-sxm", -1)
-    with pytest.raises(ValueError, match="bandwidth_efficiency"):
-        tput.decode_step_line("llama-3.1-8b", "h100-sxm", 1024, bandwidth_efficiency=0)
-    with pytest.raises(ValueError, match="raise tp or quantize"):
-        tput.kv_batch_ceiling("llama-3.1-70b", "h100-sxm", 1024, tp=1)
-    with pytest.raises(ValueError, match="fraction"):
-        tput.StepLine(1e-3, 1e-5, 0).batch_for_fraction(1.0)
-    with pytest.raises(ValueError, match="per-sequence"):
-        tput.StepLine(1e-3, 0, 0)
-    with pytest.raises(ValueError, match="batch"):
-        tput.StepLine(1e-3, 1e-5, 0).step_s(-1)
+        tput.kv_batch_ceiling(DEP, 0)
 
 
-@given(
-    st.sampled_from(DENSE),
-    st.sampled_from(["h100-sxm", "h200", "b200"]),
-    st.sampled_from([1, 2, 4, 8]),
-)
-def test_balance_context_equalizes_kv_and_compute(mdl, chip, tp):
-    ctx = tput.kv_compute_balance_context(mdl, chip, tp)
-    lo, hi = math.floor(ctx), math.ceil(ctx) + 1
-    below, above = (
-        tput.decode_step_line(mdl, chip, lo, tp),
-        tput.decode_step_line(mdl, chip, hi, tp),
-    )
-    assert below.kv_s + below.row_s <= below.compute_s and above.kv_s + above.row_s > above.compute_s
-    assert math.isinf(tput.compute_bound_batch(above, mdl, chip, hi, tp))
+def test_throughput_knee_view_uses_the_step_model():
+    from lib.explorers.roofline_batch import throughput_knee
 
-
-def test_throughput_knee_view_uses_the_whole_per_sequence_cost():
-    """The explorer's c is the lib's kv_s + row_s + compute_s (it once showed kv_s + compute_s)."""
-    from lib.book import widgets
-    from lib.units import fmt_time
-
-    view = widgets.render("roofline.throughput_knee", model="llama-3.1-8b",
-                          gpu="h100-sxm", tp=1, weight_dtype="bf16", kv_dtype="bf16", context=1, batch=64)
-    line = tput.decode_step_line("llama-3.1-8b", "h100-sxm", 1, 1, "bf16", "bf16", "bf16")
-    assert line.row_s > 0
-    assert view.values["c"] == line.kv_s + line.row_s + line.compute_s
-    assert view.values["ceiling"] == pytest.approx(1 / view.values["c"], rel=1e-12)
-    shown = dict(view.rows)["c (per sequence: KV + embedding row + compute)"]
-    assert fmt_time(line.row_s) in shown and shown.endswith(f"= {fmt_time(view.values['c'])}")
+    v = throughput_knee("llama-3.1-70b", "h100-sxm", 8, "bf16", "bf16", 4096, 64)
+    assert math.isclose(v.values["knee"], tput.knee_batch(DEP, 4096), rel_tol=1e-12)
+    assert math.isclose(v.values["ceiling"], tput.throughput_ceiling(DEP, 4096), rel_tol=1e-12)
+    assert v.values["b_max"] == DEP.budget.max_concurrency(4096)

@@ -26,19 +26,24 @@ def test_render_rejects_unknown_inputs():
 def test_decode_floor_view_values_match_lib():
     from lib.perf import roofline
 
+    from lib.perf.deployment import Deployment
+    from lib.perf.step import decode_step, step_assumptions
+
     view = widgets.render("roofline.decode_floor", model="llama-3.1-70b", gpu="h100-sxm", tp=8,
-                          weight_dtype="bf16", kv_dtype="bf16", batch=1, context=0,
-                          bandwidth_efficiency=1.0, allreduce_latency_us=0.0, kernels_per_layer=0,
-                          launch_overhead_us=0.0)
-    assert view.values["weights"] == roofline.decode_step("llama-3.1-70b", "h100-sxm", 8).memory_s
+                          weight_dtype="bf16", kv_dtype="bf16", batch=1, context=1,
+                          bandwidth_efficiency=1.0, cuda_graphs=True, allreduce_algorithm="ring")
+    step = decode_step(Deployment("llama-3.1-70b", "h100-sxm", tp=8), 1, 1,
+                       step_assumptions(gemv_efficiency=1.0, kv_efficiency=1.0))
+    assert view.values["total"] == step.total_s  # a view of the one step model
+    assert view.values["weights"] == pytest.approx(roofline.decode_step("llama-3.1-70b", "h100-sxm", 8).memory_s,
+                                                   rel=0.02)
     assert view.svg().startswith("<svg ") and view.svg() in view._repr_html_()
 
 
 def test_model_that_does_not_fit_is_a_clear_message():
     view = widgets.render("roofline.decode_floor", model="llama-3.1-405b", gpu="l4", tp=1,
                           weight_dtype="bf16", kv_dtype="bf16", batch=1, context=0,
-                          bandwidth_efficiency=1.0, allreduce_latency_us=0.0, kernels_per_layer=0,
-                          launch_overhead_us=0.0)
+                          bandwidth_efficiency=1.0, cuda_graphs=True, allreduce_algorithm="ring")
     assert isinstance(view, widgets.ErrorView) and "per GPU" in view.message
 
 
@@ -74,17 +79,22 @@ def test_prefill_explorers_size_the_kv_in_the_kv_dtype(name, tp_arg, extra):
 
 def test_prefill_explorer_times_match_lib_with_an_fp8_kv_cache():
     from lib.perf import prefill, roofline
+    from lib.perf.deployment import Deployment
 
     # a short prompt on 8 GPUs is memory-bound, so the KV written moves the time
     view = widgets.render("roofline.prefill_crossover", model="llama-3.1-70b", gpu="h100-sxm", tp=8,
                           dtype="bf16", kv_dtype="fp8", prompt_len=64, mfu=0.5)
     step = roofline.prefill("llama-3.1-70b", "h100-sxm", 64, 8, 1, "bf16", "bf16", "fp8")
     assert step.memory_s > step.compute_s / 0.5
-    assert view.values["ttft"] == step.memory_s
-    assert view.values["ttft"] < roofline.prefill("llama-3.1-70b", "h100-sxm", 64, 8).memory_s
+    assert view.values["floor"] == step.memory_s
+    assert view.values["floor"] < roofline.prefill("llama-3.1-70b", "h100-sxm", 64, 8).memory_s
+    # the TTFT it shows is THE prefill time: the floor plus the TP all-reduces, charged once
+    dep = Deployment("llama-3.1-70b", "h100-sxm", tp=8, kv_dtype="fp8")
+    assert view.values["ttft"] == prefill.prefill_time(dep, 64, mfu=0.5).time_s
 
     view = widgets.render("roofline.prefill_floor", model="llama-3.1-70b", gpu="h100-sxm", n_gpus=8,
                           dtype="bf16", kv_dtype="fp8", prompt_len=64, mfu=0.5, include_attention=True)
     est = prefill.prefill_estimate("llama-3.1-70b", "h100-sxm", 64, 8, 0.5, "bf16", "bf16", "fp8")
-    assert est.bound == "memory" and view.values["prefill_s"] == est.time_s
+    assert est.bound == "memory" and view.values["floor_s"] == est.time_s
+    assert view.values["prefill_s"] == prefill.prefill_time(dep, 64, mfu=0.5).time_s
     assert est.time_s < prefill.prefill_estimate("llama-3.1-70b", "h100-sxm", 64, 8, 0.5).time_s
