@@ -8,6 +8,7 @@ import numpy as np
 
 from lib.book.svgplot import figure
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.kvcache import long_context as lc
 from lib.perf import memory as mem
 from lib.perf import prefill as pf
 from lib.perf.deployment import Deployment
@@ -116,16 +117,16 @@ def long_context(
     cdt = _compute_dtype(weight_dtype)
     dep = Deployment(m, g, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, compute_dtype=cdt)
     budget = dep.budget
-    cap_ctx = mem.capacity_break_context(budget, target_sequences)
-    ttft_ctx = mem.ttft_break_context(dep, ttft_slo_s, mfu)
+    cap_ctx = lc.capacity_break_context(budget, target_sequences)
+    ttft_ctx = lc.ttft_break_context(dep, ttft_slo_s, mfu)
     share = mem.fact("headroom_fraction_for_admission")
-    sched_ctx = mem.scheduler_break_context(budget)
+    sched_ctx = lc.scheduler_break_context(budget)
     xs = np.unique(np.geomspace(1024, max(4 * context, 1 << 20), 32).astype(int))
     seqs = np.array([budget.token_capacity / x for x in xs])
     ttft = np.array(
         [pf.prefill_time(dep, int(x), mfu=mfu).time_s for x in xs]
     )
-    shares = np.array([mem.admission_share(budget, int(x)) for x in xs])
+    shares = np.array([lc.admission_share(budget, int(x)) for x in xs])
     fig, ax = _figure(6.0, 3.2)
     ax.loglog(xs, seqs / target_sequences, label="capacity: sequences / needed")
     ax.loglog(xs, ttft_slo_s / ttft, label="TTFT: SLO / prefill time")
@@ -138,7 +139,7 @@ def long_context(
     ax.legend(fontsize=7)
     est = pf.prefill_time(dep, context, mfu=mfu)
     chunk = min(budget.max_num_batched_tokens, context)
-    last_step = mem.prefill_chunk_step_s(dep, chunk, max(0, context - chunk), 0, mfu)
+    last_step = lc.prefill_chunk_step_s(dep, chunk, max(0, context - chunk), 0, mfu)
     rows = [
         (
             "KV of one request",
@@ -148,7 +149,7 @@ def long_context(
         ("requests that fit", f"{budget.max_sequences(context):,}"),
         ("prefill (prefill_time, all-reduce included)", fmt_time(est.time_s)),
         ("last chunked-prefill step", fmt_time(last_step)),
-        ("one request's share of the pool", fmt_pct(mem.admission_share(budget, context))),
+        ("one request's share of the pool", fmt_pct(lc.admission_share(budget, context))),
         ("capacity breaks at", f"{cap_ctx:,} tokens"),
         ("TTFT breaks at", f"{sig(ttft_ctx)} tokens"),
         ("scheduler breaks at", f"{sched_ctx:,} tokens"),

@@ -121,7 +121,7 @@ def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, kv_dtype: str, 
     dep = Deployment(m.key, g.key, tp=tp, weight_dtype=dtype, compute_dtype=dtype, kv_dtype=kv_dtype)
     full = prefill_time(dep, prompt_len, mfu=mfu)  # THE prefill time: the floor plus the TP all-reduces
     rows = [("crossover (peak FLOPs)", f"{sig(crossover)} tokens"),
-            ("crossover at this MFU", f"{sig(crossover * mfu)} tokens"),
+            ("crossover at this MFU (datasheet bandwidth)", f"{sig(crossover * mfu)} tokens"),
             ("prefill bound", "compute" if step.compute_s / mfu >= step.memory_s else "memory"),
             ("prefill floor (no communication)", fmt_time(floor)),
             ("TP all-reduces (grow with the prompt)", fmt_time(full.allreduce_s)),

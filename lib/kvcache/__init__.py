@@ -14,6 +14,7 @@
 * :mod:`.prefix_hits`: prefix-cache hit rates on traces and the prefill they save.
 * :mod:`.radix_scenarios`: radix-tree rendering, scripted scenarios, oracle, defective caches.
 * :mod:`.block_hash`: block-hash cache tools: provenance oracle, weak hashes, collisions.
+* :mod:`.long_context`: where a long-context replica breaks (capacity, TTFT, scheduler), chunk steps.
 
 Importing this package pulls in numpy only; hypothesis is imported lazily by
 :func:`find_minimal_failure`.

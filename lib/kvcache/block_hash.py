@@ -19,7 +19,7 @@ from lib.kvcache import (
     PrefixBlockCache,
     hash_block,
 )
-from lib.kvcache.radix_scenarios import _PrefixIds
+from lib.kvcache.radix_scenarios import PrefixIds
 from lib.perf.roofline import kv_shard_fraction
 from lib.registry.models import Model, model
 
@@ -116,7 +116,7 @@ class KVProvenanceOracle:
             raise ValueError(f"cache must be a PrefixBlockCache, got {type(cache).__name__}")
         self.cache = cache
         self.computed_from: dict[int, int] = {}  # block -> id of the prefix its KV came from
-        self._ids = _PrefixIds()
+        self._ids = PrefixIds()
         self.violations: list[str] = []
         self.wrong_requests: set = set()
         self._tokens: dict = {}

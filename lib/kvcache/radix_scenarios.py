@@ -283,7 +283,7 @@ class DefectiveRadixCache(RadixCache):
         return freed
 
 
-class _PrefixIds:
+class PrefixIds:
     """Exact ids for token prefixes: id(t_0..t_i) = table[(id(t_0..t_{i-1}), t_i)].
 
     Equal ids <=> equal prefixes (a dict keyed by the actual values, so no collisions), at O(1)
@@ -345,7 +345,7 @@ def radix_oracle_check(
     slots = sum(len(r) for r in reqs) if unbounded else integer("num_slots", num_slots, 1)
     cache = cache_factory(slots)
     owner: dict[int, int] = {}  # slot -> id of the token prefix its KV was filled with
-    prefix_ids = _PrefixIds()
+    prefix_ids = PrefixIds()
     live: deque[tuple[int, list[int], RadixNode, tuple[int, ...]]] = deque()
     violations: list[str] = []
     checks = hits = prompt = evicted = skipped = 0

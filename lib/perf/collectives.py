@@ -84,7 +84,7 @@ def pcie_bandwidth(chip: str | GPU) -> float:
     from lib.registry.data import load_yaml
 
     g = gpu(chip)
-    gen = 4 if g.arch in ("Ampere", "Ada Lovelace", "Ada") else 5
+    gen = 4 if g.arch.startswith(("Ampere", "Ada")) else 5
     std = load_yaml("hardware.yaml")["interconnect_standards"][f"pcie_gen{gen}_x16"]
     return float(std["unidirectional_gbps"]["value"]) * GB
 
@@ -179,8 +179,9 @@ def collective(kind: str, message_bytes: float, n_gpus: int, chip: str | GPU,
         ag = _flat("all_gather", m, per_node, intra, "ring")
         lat, bw = rs[0] + ar[0] + ag[0], rs[1] + ar[1] + ag[1]
     elif kind in ("all_gather", "reduce_scatter"):
-        inner = _flat(kind, m / nodes, per_node, intra, "ring")
-        outer = _flat(kind, m, nodes, net, "ring")
+        # the full buffer inside each node, then each GPU's 1/g shard across the nodes
+        inner = _flat(kind, m, per_node, intra, "ring")
+        outer = _flat(kind, m / per_node, nodes, net, "ring")
         lat, bw = inner[0] + outer[0], inner[1] + outer[1]
     else:  # all-to-all: the share bound for other nodes leaves over this GPU's NIC
         inner = _flat("all_to_all", m * per_node / n, per_node, intra, algorithm)

@@ -326,7 +326,10 @@ def headline_scenarios(
     :func:`speculative_speedup`) on each dtype; ``multi_gpus`` GPUs in BF16 and FP8;
     ``small_model`` in BF16 and FP8; the batch aggregate (B from :func:`batch_for_aggregate`).
     KV is BF16 at ``context`` tokens throughout. Ceilings ignore overheads, so a claim above
-    every ceiling is impossible under that reading; one below is merely not ruled out.
+    every ceiling is impossible under that reading; one below is merely not ruled out. A reading
+    fits when the memory budget on driver-visible memory (``Deployment.budget``) holds at least one
+    sequence of ``context`` tokens; the aggregate rows need the batch the modelled step
+    (:mod:`lib.perf.throughput`) needs and report the budget's count with its fraction.
     ``memory_utilization`` None: ``engine_defaults.gpu_memory_utilization`` in ``data/serving_memory.yaml``.
     """
     real("claim_tokens_per_s", claim_tokens_per_s, 0, low_open=True)

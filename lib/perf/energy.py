@@ -37,6 +37,12 @@ def assumed(path: str) -> float:
     return float(value)
 
 
+def resolve(path: str, given: float | None = None) -> float:
+    """``given`` when set, else the value at ``path`` in power_assumptions.yaml: how a notebook
+    parameter left ``None`` takes its data value (e.g. ``resolve("server.pue", PUE)``)."""
+    return assumed(path) if given is None else float(given)
+
+
 def joules_per_token(power_w, tokens_per_s):
     """Energy per token, J: power (W) / throughput (tokens/s). Scalars or arrays."""
     p = np.asarray(power_w, dtype=float)

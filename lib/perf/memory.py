@@ -1,7 +1,7 @@
-"""Serving memory on a GPU: the budget around the KV cache, the block ceiling it implies, where
-parallelism puts the KV cache, and the context lengths at which a replica stops coping.
+"""Serving memory on a GPU: the budget around the KV cache (THE KV capacity of the book), the
+block ceiling it implies, and where parallelism puts the KV cache.
 
-Four parts, all per GPU and in SI units (bytes, seconds) unless a name says otherwise:
+Three parts, all per GPU and in SI units (bytes, seconds) unless a name says otherwise:
 
 1. **Components.** Each thing that takes GPU memory while serving is a function with its
    formula: weights, the activation peak of one forward pass, the sampler's logits buffers,
@@ -16,8 +16,10 @@ Four parts, all per GPU and in SI units (bytes, seconds) unless a name says othe
    duplicate copies exist (tensor parallelism past the KV-head count replicates heads; MLA's
    single latent is replicated on every TP rank). :func:`fleet` turns that into tokens and
    sequences for ``n`` GPUs.
-4. **Long context.** Per-sequence KV, chunked-prefill step time and the three context lengths
-   at which capacity, time to first token and the scheduler give out.
+
+The context lengths at which a replica stops coping live in :mod:`lib.kvcache.long_context`.
+:func:`naive_kv_bytes` is the naive one-line answer a notebook contrasts with the budget, never
+a capacity.
 
 GiB = 2**30 bytes and GB = 1e9 bytes are kept apart; the engine's own logs use GiB.
 """
@@ -437,6 +439,12 @@ def kv_free_bytes_per_gpu(
     """Bytes one GPU has left for the KV cache: u x M - W b / tp - R (negative when nothing is).
 
     The numerator of :func:`kv_capacity_tokens`, where the terms are defined.
+
+    DEPRECATED: a second capacity formula on datasheet memory. THE capacity is
+    :func:`memory_budget` (``Deployment.budget``); no notebook and no lib.kvcache module calls
+    this. It stays only until ``lib.perf.prefill`` drops its re-export of
+    :func:`kv_capacity_sequences` and ``lib.explorers.roofline_prefill.decode_batch_ceiling`` and
+    tests/unit/test_prefill.py, test_inputs.py move to the budget; then delete it.
     """
     m, g = model(mdl), gpu(chip)
     u = fraction("memory_utilization", memory_utilization, allow_zero=False)
@@ -473,6 +481,12 @@ def kv_capacity_tokens(
     ValueError if ``raise_if_full`` (callers that size a batch want to hear the model does not fit).
     :class:`MemoryBudget` is the same subtraction with M = driver-visible memory and R = the
     components an engine measures, rounded down to whole blocks.
+
+    DEPRECATED: a second capacity formula on datasheet memory. THE capacity is
+    :func:`memory_budget` (``Deployment.budget``); no notebook and no lib.kvcache module calls
+    this. It stays only until ``lib.perf.prefill`` drops its re-export of
+    :func:`kv_capacity_sequences` and ``lib.explorers.roofline_prefill.decode_batch_ceiling`` and
+    tests/unit/test_prefill.py, test_inputs.py move to the budget; then delete it.
     """
     m, g = model(mdl), gpu(chip)
     free = kv_free_bytes_per_gpu(m, g, tp, weight_dtype, memory_utilization, reserve_bytes, memory_bytes)
@@ -498,6 +512,12 @@ def kv_capacity_sequences(
     B_max = floor(:func:`kv_capacity_tokens` / context) = floor((u M - W b / tp - R) /
     (context x k x s)), taken on bytes. Raises ValueError when the weights (and reserve) alone
     do not fit.
+
+    DEPRECATED: a second capacity formula on datasheet memory. THE capacity is
+    :func:`memory_budget` (``Deployment.budget``); no notebook and no lib.kvcache module calls
+    this. It stays only until ``lib.perf.prefill`` drops its re-export of
+    :func:`kv_capacity_sequences` and ``lib.explorers.roofline_prefill.decode_batch_ceiling`` and
+    tests/unit/test_prefill.py, test_inputs.py move to the budget; then delete it.
     """
     m, g = model(mdl), gpu(chip)
     ctx = integer("context", context, 1)
@@ -892,140 +912,3 @@ def gpu_hour_cost(n_gpu_equivalents: float, usd_per_gpu_hour: float | None = Non
     real("n_gpu_equivalents", n_gpu_equivalents, 0)
     price = fact("gpu_hour_usd") if usd_per_gpu_hour is None else usd_per_gpu_hour
     return n_gpu_equivalents * real("usd_per_gpu_hour", price, 0)
-
-
-# ---- 4. long context ----------------------------------------------------------------------
-
-
-def prefill_chunk_compute_s(
-    mdl: str | Model,
-    chip: str | GPU,
-    chunk_tokens: int,
-    position: int,
-    tp: int = 1,
-    mfu: float | None = None,
-    compute_dtype: str = "bf16",
-) -> float:
-    """Compute part of one chunked-prefill step: ``chunk_tokens`` new tokens after ``position`` cached ones.
-
-    FLOPs = C x 2N + a x (C p + C (C + 1) / 2), a = attention FLOPs per (query, key) pair; time =
-    FLOPs / (tp x peak x mfu), the compute term of :func:`lib.perf.prefill.prefill_time` at the
-    compute-only MFU (None: ``prefill.prefill_mfu``). The attention term grows with the position,
-    so a fixed token budget stops bounding the step time once p passes 2N / a (the attention
-    crossover). The step's wall time is :func:`prefill_chunk_step_s`.
-    """
-    from lib.perf.prefill import default_mfu
-
-    m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
-    c = integer("chunk_tokens", chunk_tokens, 1)
-    p = real("position", position, 0)
-    u = default_mfu(mfu)
-    flops = c * m.weight_flops_per_token() + m.attention_flops_per_token(1) * (
-        c * p + c * (c + 1) / 2
-    )
-    return flops / (tp * g.peak_flops(compute_dtype) * u)
-
-
-def prefill_chunk_step_s(dep, chunk_tokens: int, position: int, other_tokens: int = 0,
-                         mfu: float | None = None) -> float:
-    """Wall time of one chunked-prefill step of the replica ``dep``, seconds: ``chunk_tokens`` of a
-    prompt at ``position`` plus ``other_tokens`` of other requests' prefill (2N FLOPs each).
-
-    max(compute, weight read) + the TP all-reduces of every token in the step, the terms of
-    :func:`lib.perf.prefill.prefill_time`: compute = :func:`prefill_chunk_compute_s` + others x 2N /
-    (tp peak mfu); weight read and all-reduce from :mod:`lib.perf.prefill` for the step's tokens.
-    """
-    from lib.perf.prefill import default_mfu, prefill_allreduce_s, prefill_estimate
-
-    m, g, tp = dep.mdl, dep.chip, dep.tp
-    u = default_mfu(mfu)
-    other = integer("other_tokens", other_tokens, 0)
-    c = integer("chunk_tokens", chunk_tokens, 1)
-    compute = prefill_chunk_compute_s(m, g, c, position, tp, u, dep.compute_dtype) + (
-        other * m.weight_flops_per_token() / (tp * g.peak_flops(dep.compute_dtype) * u)
-    )
-    tokens = c + other
-    read = prefill_estimate(m, g, tokens, tp, u, dep.weight_dtype, dep.compute_dtype, dep.kv_dtype).memory_s
-    return max(compute, read) + prefill_allreduce_s(m, g, tokens, tp, 1, dep.act_dtype)
-
-
-def capacity_break_context(budget: MemoryBudget, target_sequences: int) -> int:
-    """Longest context at which ``target_sequences`` sequences still fit: the pool's tokens / target.
-
-    Rounded down to whole blocks, since each sequence takes ceil(L / block) blocks.
-    """
-    target_sequences = integer("target_sequences", target_sequences, 1)
-    blocks_each = budget.num_blocks // target_sequences
-    if blocks_each < 1:
-        raise ValueError(
-            f"{target_sequences} sequences do not fit even at one block each "
-            f"({budget.num_blocks} blocks)"
-        )
-    return blocks_each * budget.block_size
-
-
-def admission_share(budget: MemoryBudget, context: int) -> float:
-    """Share of the KV pool one sequence of ``context`` tokens needs: blocks each / blocks."""
-    return budget.blocks_per_sequence(context) / budget.num_blocks
-
-
-def scheduler_break_context(budget: MemoryBudget, share: float | None = None) -> int:
-    """Context at which one request needs more than ``share`` of the pool (default 10%).
-
-    Under load the pool is nearly full; a request larger than the slack the scheduler normally
-    has free waits at the head of the queue (FCFS), blocking everyone behind it, or forces
-    preemption as it grows.
-    """
-    share = fact("headroom_fraction_for_admission") if share is None else share
-    s = fraction("share", share, allow_zero=False)
-    return int(s * budget.num_blocks) * budget.block_size
-
-
-def ttft_break_context(dep, ttft_slo_s: float, mfu: float | None = None) -> int:
-    """Longest prompt (tokens) whose prefill alone fits in ``ttft_slo_s``: the largest P with
-    :func:`lib.perf.prefill.prefill_time` (dep, P) <= SLO (compute at the compute-only MFU, weight
-    read, TP all-reduces), by bisection; 0 when even one token does not fit. The compute-only
-    closed form :func:`lib.perf.prefill.prompt_len_for_time` bounds it from above.
-    """
-    from lib.perf.prefill import default_mfu, prefill_time, prompt_len_for_time
-
-    slo = real("ttft_slo_s", ttft_slo_s, 0, low_open=True, unit="seconds")
-    mfu = default_mfu(mfu)
-
-    def fits(n: int) -> bool:
-        return prefill_time(dep, n, mfu=mfu).time_s <= slo
-
-    if not fits(1):
-        return 0
-    lo = 1
-    hi = int(prompt_len_for_time(dep.mdl, dep.chip, slo, dep.tp, mfu, dep.compute_dtype)) + 2
-    if fits(hi):  # not reached while time >= compute time; kept as a guard
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
-
-
-def capped_long_prefill_s(dep, prompt_len: int, cap_tokens: int, step_tokens: int,
-                          mfu: float | None = None) -> float:
-    """Time to first token of a long prompt prefilled at most ``cap_tokens`` per step, seconds.
-
-    Each step runs ``step_tokens`` tokens (the scheduler's budget): c_k = min(cap, remaining)
-    of the long prompt at position p_k, and step_tokens - c_k tokens of other requests.
-    TTFT = sum_k :func:`prefill_chunk_step_s` (c_k, p_k, step_tokens - c_k). With cap =
-    step_tokens and no other work this is the plain chunked prefill; a smaller cap lets short
-    requests share every step (no head-of-line wait) and stretches the long request's TTFT.
-    """
-    p_len = integer("prompt_len", prompt_len, 1)
-    cap = integer("cap_tokens", cap_tokens, 1)
-    budget = integer("step_tokens", step_tokens, 1)
-    if cap > budget:
-        raise ValueError(f"cap_tokens={cap} cannot exceed step_tokens={budget}")
-    total, pos = 0.0, 0
-    while pos < p_len:
-        c = min(cap, p_len - pos)
-        total += prefill_chunk_step_s(dep, c, pos, budget - c, mfu)
-        pos += c
-    return total

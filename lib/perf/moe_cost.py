@@ -167,7 +167,8 @@ def compare_with_dense(
 def compute_bound_batch(
     mdl: str | Model, chip: str | GPU, weight_dtype: str = "bf16", compute_dtype: str = "bf16"
 ) -> float:
-    """Batch (real-valued) at which the MoE step's compute time equals its weight-read time.
+    """Batch (real-valued) at which the MoE step's compute time equals its weight-read time, both at
+    datasheet peaks: where two roofline costs cross (the step turns compute-bound), not a best batch.
 
     Solves B x 2 N_active_matmul / P = bytes(B) / W with bytes(B) =
     :func:`lib.perf.roofline.weight_bytes_read_per_step` (uniform routing), by bisection over B >= 1
@@ -201,7 +202,8 @@ def dense_compute_bound_batch(
     weight_dtype: str = "bf16",
     compute_dtype: str = "bf16",
 ) -> float:
-    """Closed form for a dense model: B = (P / W) x params x b / (2 x matmul params)."""
+    """Closed form for a dense model: B = (P / W) x params x b / (2 x matmul params), the batch where
+    the weight read and the GEMM FLOPs cost the same at datasheet peaks (a crossing, not an optimum)."""
     g = gpu(chip)
     return (
         g.ridge_point(compute_dtype)

@@ -172,9 +172,11 @@ def compute_bound_batch(dep: Deployment, context: int, assume: StepAssumptions |
 
     if excess(1) > 0:
         return 1.0
-    if excess(LARGE_BATCH) <= 0:
-        return math.inf
-    lo, hi = 1, LARGE_BATCH
+    lo, hi = 1, 2
+    while excess(hi) <= 0:  # exponential search, then bisection
+        lo, hi = hi, hi * 2
+        if hi > LARGE_BATCH:
+            return math.inf
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if excess(mid) <= 0 else (lo, mid)

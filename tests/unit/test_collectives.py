@@ -84,7 +84,7 @@ def test_mi300x_uses_infinity_fabric_peer_links():
 def test_l40s_has_no_scale_up_link_and_falls_back_to_pcie():
     f = c.intra_node_fabric("l40s")
     assert f.name == "PCIe"
-    assert f.peer_bandwidth == c.pcie_bandwidth("l40s")  # Ada: PCIe Gen4 x16
+    assert f.peer_bandwidth == c.pcie_bandwidth("l40s")  # the generation is tested below
     t = c.collective("all_reduce", 1e6, 2, "l40s")
     assert t.fabric == "PCIe"
     assert t.latency_s == pytest.approx(assumptions.value("collectives.pcie.latency_us") * US)
@@ -125,6 +125,26 @@ def test_all_gather_and_reduce_scatter_bytes():
     # all-to-all: (n - 1)/n of the buffer leaves each rank
     a2a = c.collective("all_to_all", m, 8, "h100-sxm")
     assert a2a.bandwidth_s == pytest.approx(7 / 8 * m / (H100_NVLINK * NVLINK_EFF), rel=1e-12)
+
+
+@pytest.mark.parametrize("chip", ["l4", "l40s"])
+def test_ada_boards_are_pcie_gen4(chip):
+    from lib.registry.data import load_yaml
+
+    gen4 = load_yaml("hardware.yaml")["interconnect_standards"]["pcie_gen4_x16"]["unidirectional_gbps"]["value"]
+    assert c.pcie_bandwidth(chip) == pytest.approx(gen4 * GB)
+
+
+def test_hierarchical_reduce_scatter_plus_all_gather_equal_the_all_reduce():
+    m, n = 1e9, 16
+    ar = c.collective("all_reduce", m, n, "h100-sxm").bandwidth_s
+    rs = c.collective("reduce_scatter", m, n, "h100-sxm").bandwidth_s
+    ag = c.collective("all_gather", m, n, "h100-sxm").bandwidth_s
+    assert rs + ag == pytest.approx(ar, rel=1e-9)
+    # by hand: NVLink (g-1)/g M, NIC (N-1)/N M/g
+    intra, net = c.intra_node_fabric("h100-sxm"), c.network_fabric("h100-sxm")
+    by_hand = 7 / 8 * m / (H100_NVLINK * intra.bus_efficiency) + 1 / 2 * m / 8 / (net.peer_bandwidth * net.bus_efficiency)
+    assert ag == pytest.approx(by_hand, rel=1e-9)
 
 
 @pytest.mark.parametrize(

@@ -4,11 +4,13 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lib.perf import energy
 from lib.perf import throughput as tput
+from lib.perf.deployment import Deployment
+from lib.perf.step import decode_step
 from lib.registry.hardware import gpu
 
 
@@ -38,6 +40,7 @@ def test_tdp_from_datasheet():
     )
 
 
+@settings(max_examples=15, deadline=None)
 @given(
     st.sampled_from(["llama-3.1-8b", "llama-3.1-70b"]),
     st.integers(1, 2048),
@@ -46,21 +49,42 @@ def test_tdp_from_datasheet():
 )
 def test_decode_energy_brackets(mdl, batch, context, floor):
     # J/token sits between (batch-1 power) / X and TDP / X: the numerator can only move inside that band
-    line = tput.decode_step_line(mdl, "h100-sxm", context, 8)
-    r = energy.decode_energy(line, "h100-sxm", 8, batch, floor)
-    x = line.throughput(batch)
+    dep = Deployment(mdl, "h100-sxm", tp=8)
+    r = energy.decode_energy(dep, context, batch, floor)
+    x = tput.tokens_per_s(dep, batch, context)
+    assert math.isclose(r["tokens_per_s"], x, rel_tol=1e-12)
     assert math.isclose(r["j_per_token"] * r["tokens_per_s"], r["power_w"], rel_tol=1e-12)
     assert 8 * 700 * floor / x * (1 - 1e-9) <= r["j_per_token"] <= 8 * 700 / x * (1 + 1e-9)
 
 
 def test_decode_energy_second_method_energy_per_step():
-    # energy of one step (P x t(B)) spread over its B tokens equals P / X
-    line = tput.decode_step_line("llama-3.1-70b", "h100-sxm", 4096, 8)
+    # energy of one step (P x the modelled step's timeline) spread over its B tokens equals P / X
+    dep = Deployment("llama-3.1-70b", "h100-sxm", tp=8)
     for b in (1, 16, 128):
-        r = energy.decode_energy(line, "h100-sxm", 8, b)
-        assert math.isclose(r["power_w"] * line.step_s(b) / b, r["j_per_token"], rel_tol=1e-12)
-    arr = energy.decode_energy(line, "h100-sxm", 8, np.array([1, 16, 128]))
+        r = energy.decode_energy(dep, 4096, b)
+        step = decode_step(dep, b, 4096, timeline=True)
+        t_end = max(start + dur for _, _, start, dur in step.events)
+        assert math.isclose(r["power_w"] * t_end / b, r["j_per_token"], rel_tol=1e-9)
+    arr = energy.decode_energy(dep, 4096, np.array([1, 16, 128]))
     assert arr["j_per_token"].shape == (3,)
+    # load runs 0 at batch 1 towards 1 at the ceiling
+    assert energy.decode_load(dep, 4096, 1) == 0.0
+    assert 0 < energy.decode_load(dep, 4096, 256) < 1
+    with pytest.raises(ValueError, match="batch"):
+        energy.decode_energy(dep, 4096, 0)
+
+
+def test_regression_decode_energy_uses_the_overlapped_step():
+    # issue 9: J/token inherited the no-overlap line (GEMM FLOPs added to the weight read); it is now
+    # the modelled step's, whose batch-1 step is at least its weight-read floor (published 5.19 ms:
+    # (70.6e9 - 128,256 x 8,192) x 2 B / (8 x 3.35 TB/s)) and never below the roofline bound.
+    from lib.perf import roofline
+
+    dep = Deployment("llama-3.1-70b", "h100-sxm", tp=8)
+    r = energy.decode_energy(dep, 4096, 128)
+    bound = roofline.decode_step("llama-3.1-70b", "h100-sxm", 8, 128, 4096)
+    assert r["tokens_per_s"] <= 128 / bound.time_s
+    assert decode_step(dep, 1, 4096)["weights"] == pytest.approx((70.6e9 - 128_256 * 8_192) * 2 / (8 * 3.35e12), rel=0.005)
 
 
 def test_wall_factor_and_units():
@@ -78,3 +102,8 @@ def test_hbm_power():
     assert math.isclose(energy.weight_read_energy_j(1e9, 4.0), 0.032)
     with pytest.raises(ValueError, match="no 'nope.x'"):
         energy.assumed("nope.x")
+
+
+def test_resolve_takes_the_data_value_for_none():
+    assert energy.resolve("server.pue") == energy.assumed("server.pue")
+    assert energy.resolve("server.pue", 1.2) == 1.2

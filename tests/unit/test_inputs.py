@@ -213,8 +213,11 @@ def test_roofline_and_throughput_accept_numpy_integer_tp():
     assert roofline.decode_step("llama-3.1-70b", "h100-sxm", np.int64(8), 4, 1024) == (
         roofline.decode_step("llama-3.1-70b", "h100-sxm", 8, 4, 1024)
     )
-    line = throughput.decode_step_line("llama-3.1-8b", "h100-sxm", np.int64(2), np.int64(1))
-    assert line == throughput.decode_step_line("llama-3.1-8b", "h100-sxm", 2, 1)
+    from lib.perf.deployment import Deployment
+
+    dep = Deployment("llama-3.1-8b", "h100-sxm", tp=np.int64(2))
+    assert throughput.step_s(dep, np.int64(4), np.int64(1)) == throughput.step_s(
+        Deployment("llama-3.1-8b", "h100-sxm", tp=2), 4, 1)
 
 
 def _calls():

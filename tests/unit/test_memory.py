@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lib.kvcache import BlockAllocator, OutOfBlocks
+from lib.kvcache import long_context as lc
 from lib.perf import memory as mem
 from lib.perf import prefill
 from lib.registry import models
@@ -341,7 +342,7 @@ def test_chunk_steps_sum_to_the_prefill(prompt, chunk):
     total, pos = 0.0, 0
     while pos < prompt:
         c = min(chunk, prompt - pos)
-        total += mem.prefill_chunk_compute_s(L70, "h100-sxm", c, pos, 8, 0.6)
+        total += lc.prefill_chunk_compute_s(L70, "h100-sxm", c, pos, 8, 0.6)
         pos += c
     est = prefill.prefill_estimate(L70, "h100-sxm", prompt, 8, 0.6)
     assert total == pytest.approx(est.compute_s, rel=1e-9)
@@ -353,28 +354,28 @@ def test_chunk_step_is_the_prefill_time_of_one_chunk():
 
     dep = Deployment(L70, "h100-sxm", tp=8)
     for c in (64, 2048, 8192):
-        assert mem.prefill_chunk_step_s(dep, c, 0) == pytest.approx(prefill.prefill_time(dep, c).time_s, rel=1e-9)
+        assert lc.prefill_chunk_step_s(dep, c, 0) == pytest.approx(prefill.prefill_time(dep, c).time_s, rel=1e-9)
     # later chunks cost more (attention over the cached positions), by the compute difference
-    late = mem.prefill_chunk_step_s(dep, 8192, 100_000)
-    assert late > mem.prefill_chunk_step_s(dep, 8192, 0)
+    late = lc.prefill_chunk_step_s(dep, 8192, 100_000)
+    assert late > lc.prefill_chunk_step_s(dep, 8192, 0)
 
 
 def test_chunk_cost_doubles_at_the_attention_crossover():
     m = models.model(L70)
     p = m.attention_breakeven_context()
-    t0 = mem.prefill_chunk_compute_s(L70, "h100-sxm", 1, 0, 8)
-    tp = mem.prefill_chunk_compute_s(L70, "h100-sxm", 1, p, 8)
+    t0 = lc.prefill_chunk_compute_s(L70, "h100-sxm", 1, 0, 8)
+    tp = lc.prefill_chunk_compute_s(L70, "h100-sxm", 1, p, 8)
     assert tp / t0 == pytest.approx(2.0, rel=1e-4)
 
 
 def test_break_contexts():
     b = mem.memory_budget(L70, "h100-sxm", 8)
-    cap = mem.capacity_break_context(b, 64)
+    cap = lc.capacity_break_context(b, 64)
     assert b.max_sequences(cap) >= 64 > b.max_sequences(cap + b.block_size)
-    s = mem.scheduler_break_context(b)
-    assert mem.admission_share(b, s) <= 0.1 < mem.admission_share(b, s + b.block_size)
+    s = lc.scheduler_break_context(b)
+    assert lc.admission_share(b, s) <= 0.1 < lc.admission_share(b, s + b.block_size)
     with pytest.raises(ValueError, match="do not fit"):
-        mem.capacity_break_context(b, 10**9)
+        lc.capacity_break_context(b, 10**9)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "8"])
@@ -400,11 +401,25 @@ def test_capped_long_prefill():
 
     dep = Deployment(L70, "h100-sxm", tp=8)
     est = prefill.prefill_estimate(L70, "h100-sxm", 131072, 8, 0.6)
-    full = mem.capped_long_prefill_s(dep, 131072, 8192, 8192, 0.6)
-    chunks = sum(mem.prefill_chunk_step_s(dep, 8192, p, 0, 0.6) for p in range(0, 131072, 8192))
+    full = lc.capped_long_prefill_s(dep, 131072, 8192, 8192, 0.6)
+    chunks = sum(lc.prefill_chunk_step_s(dep, 8192, p, 0, 0.6) for p in range(0, 131072, 8192))
     assert full == pytest.approx(chunks, rel=1e-12)
     assert full > est.compute_s  # the TP all-reduces come on top of the compute
-    capped = mem.capped_long_prefill_s(dep, 131072, 2048, 8192, 0.6)
+    capped = lc.capped_long_prefill_s(dep, 131072, 2048, 8192, 0.6)
     assert capped > 2 * full  # every step also carries 6,144 tokens of other requests
     with pytest.raises(ValueError, match="cannot exceed"):
-        mem.capped_long_prefill_s(dep, 1000, 4096, 2048)
+        lc.capped_long_prefill_s(dep, 1000, 4096, 2048)
+
+
+def test_ttft_break_context_is_where_prefill_time_crosses_the_slo():
+    # Brute force at the boundary on lib.perf.prefill.prefill_time; the compute-only closed form
+    # (quadratic in P) bounds it from above because the TP all-reduces add time (issue 9: TTFT is
+    # not 1/TP).
+    from lib.perf.deployment import Deployment
+
+    dep = Deployment(L70, "h100-sxm", tp=8)
+    p = lc.ttft_break_context(dep, 2.0)
+    assert prefill.prefill_time(dep, p).time_s <= 2.0 < prefill.prefill_time(dep, p + 1).time_s
+    bound = prefill.prompt_len_for_time(L70, "h100-sxm", 2.0, 8, prefill.default_mfu())
+    assert p < bound
+    assert lc.ttft_break_context(dep, 1e-9) == 0

@@ -25,7 +25,6 @@ def test_render_rejects_unknown_inputs():
 
 def test_decode_floor_view_values_match_lib():
     from lib.perf import roofline
-
     from lib.perf.deployment import Deployment
     from lib.perf.step import decode_step, step_assumptions
 
