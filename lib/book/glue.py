@@ -1,24 +1,29 @@
-"""Glue computed numbers into the book's prose (myst-nb ``{glue:text}``) as formatted text."""
+"""Glue computed text into the book's prose (myst-nb ``{glue:text}``) without importing myst-nb.
+
+myst-nb's ``glue(name, value, display=False)`` displays the value's mime bundle under the prefix
+``application/papermill.record/`` with ``{"scrapbook": {"name", "mime_prefix"}}`` metadata, and
+the book build reads it back from the stored outputs. Importing ``myst_nb`` to do that costs
+3-4 s per kernel (it pulls in Sphinx), so :func:`glue` emits the same output itself;
+``tests/unit/test_glue.py`` compares the two so a format change fails a test, not the book.
+
+The text is glued as a Python string (its ``text/plain`` is the quoted repr): myst-nb's
+``{glue:text}`` role evaluates plain text as a literal, so an unquoted ``8,192`` would render
+as the tuple ``(8, 192)``; a quoted one renders exactly as glued.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+GLUE_PREFIX = "application/papermill.record/"
 _GLUED: dict[str, str] = {}
 
 
-class GluedText:
-    """A formatted number whose plain-text repr is the text itself (no quotes in the prose)."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-    def _repr_pretty_(self, p, cycle) -> None:
-        p.text(self.text)
+def glue_output(name: str, text: str) -> tuple[dict, dict]:
+    """(data, metadata) of the display output that glues ``text`` under ``name``."""
+    return ({GLUE_PREFIX + "text/plain": repr(text)},
+            {"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX}})
 
 
 def glue(name: str, value: Any, fmt: Callable[[Any], str] = str) -> Any:
@@ -27,11 +32,14 @@ def glue(name: str, value: Any, fmt: Callable[[Any], str] = str) -> Any:
     Do not end a cell with a bare ``glue(...)``: the returned value would be displayed (and nbval
     ignores a trailing ``;``). End such cells with :func:`show`.
     """
-    from myst_nb import glue as myst_glue
+    from IPython.display import display
 
     text = fmt(value)
+    if not isinstance(text, str):
+        raise ValueError(f"fmt must return a str for glue {name!r}, got {type(text).__name__}")
     _GLUED[name] = text
-    myst_glue(name, GluedText(text), display=False)
+    data, metadata = glue_output(name, text)
+    display(data, raw=True, metadata=metadata)
     return value
 
 

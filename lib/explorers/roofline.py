@@ -6,6 +6,7 @@ import numpy as np
 
 from lib.book.svgplot import figure
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.perf import collectives
 from lib.perf import roofline as rf
 from lib.perf.deployment import Deployment
 from lib.perf.prefill import prefill_time
@@ -29,7 +30,7 @@ COMPUTE_DTYPES = ("bf16", "fp8")
     context=IntRange(0, 131072, label="context tokens"),
     bandwidth_efficiency=FloatRange(0.3, 1.0, 0.05, label="achieved HBM fraction"),
     cuda_graphs=Choice((True, False), label="CUDA graphs"),
-    allreduce_algorithm=Choice(("ring", "tree", "one_shot"), label="all-reduce"),
+    allreduce_algorithm=Choice(collectives.ALGORITHMS, label="all-reduce"),
 )
 def decode_floor(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, batch: int,
                  context: int, bandwidth_efficiency: float, cuda_graphs: bool,

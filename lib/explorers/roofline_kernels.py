@@ -7,8 +7,8 @@ import numpy as np
 
 from lib.book.svgplot import figure
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.perf import collectives, gaps
 from lib.perf import decode_kernels as dk
-from lib.perf import gaps
 from lib.perf import step as st
 from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
@@ -122,7 +122,7 @@ def kernel_ranking(
     )
 
 
-ALLREDUCE = ("ring", "tree", "one_shot")
+ALLREDUCE = collectives.ALGORITHMS
 
 
 @explorer(

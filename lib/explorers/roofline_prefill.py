@@ -264,7 +264,9 @@ def decode_batch_ceiling(
     """N002: decode intensity ~ batch, the ridge batch, and the batch the KV cache allows."""
     m, g = models.model(model), hardware.gpu(gpu)
     ridge = g.ridge_point("bf16")
-    b_max = pf.kv_capacity_sequences(m, g, context, tp, weight_dtype, kv_dtype, memory_utilization)
+    dep = Deployment(m.key, g.key, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                     memory_utilization=memory_utilization)
+    b_max = dep.budget.max_concurrency(context)  # the memory budget, with its fraction
     ridge_batch = pf.weight_read_crossover_tokens(m, g, weight_dtype, "bf16")
     step_ridge = pf.decode_ridge_batch(m, g, context, tp, weight_dtype, kv_dtype)
     limit = pf.decode_intensity_limit(m, context, tp, kv_dtype)
@@ -281,18 +283,18 @@ def decode_batch_ceiling(
     )
     ax.axhline(ridge, color="grey", ls="--", lw=1, label=f"ridge {sig(ridge)}")
     if b_max >= 1:
-        ax.axvline(b_max, color="red", lw=1, label=f"KV capacity {b_max}")
+        ax.axvline(b_max, color="red", lw=1, label=f"KV capacity {sig(b_max)}")
     ax.set_xlabel("batch (sequences)")
     ax.set_ylabel("FLOP/byte")
     ax.minorticks_off()
     ax.legend(fontsize=7)
     at_cap = (
-        pf.decode_intensity(m, b_max, context, tp, weight_dtype, kv_dtype) if b_max >= 1 else 0.0
+        pf.decode_intensity(m, int(b_max), context, tp, weight_dtype, kv_dtype) if b_max >= 1 else 0.0
     )
     rows = [
         ("ridge (BF16)", f"{sig(ridge)} FLOP/byte"),
         ("batch where weight GEMMs reach it", sig(ridge_batch)),
-        ("KV-capacity batch ceiling", str(b_max)),
+        ("KV-capacity batch ceiling", sig(b_max)),
         ("ceiling vs ridge batch", "above" if b_max >= ridge_batch else "below"),
         ("whole-step intensity at ceiling", f"{sig(at_cap) if at_cap else '-'} FLOP/byte"),
         ("whole-step limit (infinite batch)", f"{sig(limit)} FLOP/byte"),

@@ -6,7 +6,7 @@ Every collective of the book is priced here (alpha-beta model):
 
 - ring all-reduce: 2 (n - 1) / n x M bytes per GPU; tree all-reduce: 2 M (pipelined double
   binary tree, latency grows with log2 n); one-shot all-reduce: every rank reads the n - 1
-  other buffers (the measured custom-kernel latency); all-gather and reduce-scatter:
+  other buffers (the measured custom-kernel latency); ``auto``: the fastest of the three; all-gather and reduce-scatter:
   (n - 1) / n x M, M the full (gathered) buffer; all-to-all: (n - 1) / n x M of each rank's
   M-byte buffer leaves it.
 - The link is the vendor's own: NVLink (NVSwitch: any pair at the full per-direction rate),
@@ -30,7 +30,7 @@ from lib.registry import assumptions
 from lib.registry.hardware import GPU, gpu
 from lib.units import GB, US
 
-ALGORITHMS = ("ring", "tree", "one_shot")
+ALGORITHMS = ("ring", "tree", "one_shot", "auto")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
@@ -109,9 +109,12 @@ def _check(message_bytes: float, n_gpus: int, algorithm: str) -> tuple[float, in
 
 
 def _flat_all_reduce_s(m: float, n: int, f: Fabric, algorithm: str) -> tuple[float, float]:
-    """(latency, bandwidth) seconds of an all-reduce on one fabric."""
+    """(latency, bandwidth) seconds of an all-reduce on one fabric; ``auto`` takes the fastest
+    of ring, tree and one-shot for this message (what a tuned runtime picks per call)."""
     if n == 1:
         return 0.0, 0.0
+    if algorithm == "auto":
+        return min((_flat_all_reduce_s(m, n, f, a) for a in ("ring", "tree", "one_shot")), key=sum)
     bw = f.bandwidth(n) * f.bus_efficiency
     if algorithm == "ring":
         return f.alpha_s(n, 2 * (n - 1)), 2 * (n - 1) / n * m / bw

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from lib.inputs import fraction, integer, real
 from lib.perf import collectives
-from lib.perf.memory import kv_capacity_sequences  # noqa: F401  (re-exported: the formula lives in lib.perf.memory)
 from lib.perf.roofline import (
     kv_shard_fraction,
     lookup_bytes_read,
@@ -459,7 +458,7 @@ def _first_crossing(gap) -> float:
 
 
 # ---- decode: the KV cache's two ceilings on batching --------------------------------------
-# capacity: kv_capacity_sequences (lib.perf.memory, imported above); bandwidth: the intensity below.
+# capacity: Deployment.budget (lib.perf.memory.memory_budget); bandwidth: the intensity below.
 
 
 def decode_intensity(

@@ -9,22 +9,25 @@ A notebook that computes one of these quantities its own way fails that test.
 
 from __future__ import annotations
 
+import ast
 import functools
 import math
 import re
 from dataclasses import dataclass, field
 
+from lib.book.glue import GLUE_PREFIX
 from lib.perf.deployment import Deployment
 
 SCENARIOS = {
     "llama70b-h100x8": dict(model="llama-3.1-70b", gpu="h100-sxm", tp=8),
     "llama70b-h200x8": dict(model="llama-3.1-70b", gpu="h200", tp=8),
+    "llama70b-h100x4": dict(model="llama-3.1-70b", gpu="h100-sxm", tp=4),
     "deepseekv3-fp8-h200x8": dict(model="deepseek-v3", gpu="h200", tp=8, weight_dtype="fp8",
                                   kv_dtype="fp8", compute_dtype="fp8"),
     "llama8b-l40s": dict(model="llama-3.1-8b", gpu="l40s", tp=1),
     "qwen72b-mi300x8": dict(model="qwen2.5-72b", gpu="mi300x", tp=8),
 }
-QUANTITIES = ("decode_step_s", "decode_floor_s", "ttft_s", "kv_blocks", "kv_cache_bytes",
+QUANTITIES = ("decode_step_s", "decode_floor_s", "weight_floor_s", "ttft_s", "kv_blocks", "kv_cache_bytes",
               "max_concurrency", "max_sequences", "allreduce_s")
 
 
@@ -39,7 +42,8 @@ def scenario(name: str) -> Deployment:
 def quantity(kind: str, name: str, **args) -> float:
     """One quantity of one scenario, SI units, from the one model of that quantity.
 
-    decode_step_s / decode_floor_s (batch, context): lib.perf.step.decode_step; ttft_s
+    decode_step_s / decode_floor_s (weights and KV at datasheet bandwidth) / weight_floor_s
+    (batch, context): lib.perf.step.decode_step; ttft_s
     (prompt_len, batch): lib.perf.prefill.prefill_time; kv_blocks, kv_cache_bytes,
     max_concurrency / max_sequences (context): the memory budget; allreduce_s (message_bytes):
     lib.perf.collectives over the scenario's TP group.
@@ -47,9 +51,9 @@ def quantity(kind: str, name: str, **args) -> float:
     from lib.perf import collectives, prefill, step
 
     dep = scenario(name)
-    if kind in ("decode_step_s", "decode_floor_s"):
+    if kind in ("decode_step_s", "decode_floor_s", "weight_floor_s"):
         s = step.decode_step(dep, args.get("batch", 1), args.get("context", 0))
-        return s.total_s if kind == "decode_step_s" else s.floor_s
+        return {"decode_step_s": s.total_s, "decode_floor_s": s.floor_s, "weight_floor_s": s["weights"]}[kind]
     if kind == "ttft_s":
         return prefill.prefill_time(dep, args["prompt_len"], args.get("batch", 1)).time_s
     if kind == "kv_blocks":
@@ -107,7 +111,58 @@ def agrees(text: str, expected: float) -> bool:
     return math.isclose(value, expected, rel_tol=1e-9, abs_tol=half_ulp * 1.0001)
 
 
-GLUED: tuple[Glued, ...] = ()
+def _g(slug: str, name: str, kind: str, scenario: str, **args) -> Glued:
+    return Glued(slug, name, kind, scenario, args)
+
+
+_L70 = "llama70b-h100x8"
+GLUED: tuple[Glued, ...] = (
+    # the decode step and its floor
+    _g("batch1-gap-suspects", "floor", "weight_floor_s", _L70, batch=1, context=4096),
+    _g("batch1-gap-suspects", "modelled", "decode_step_s", _L70, batch=1, context=4096),
+    _g("batch1-gap-suspects", "graph_step", "decode_step_s", _L70, batch=1, context=4096),
+    _g("decode-weight-floor", "floor", "weight_floor_s", _L70, batch=1, context=4096),
+    _g("decode-weight-floor", "t_graph", "decode_step_s", _L70, batch=1, context=4096),
+    _g("decode-weight-floor", "t_total", "decode_step_s", _L70, batch=1, context=4096),
+    _g("decode-weight-floor", "t_b64", "decode_step_s", _L70, batch=64, context=4096),
+    _g("joules-per-token", "t1", "decode_step_s", _L70, batch=1, context=4096),
+    _g("throughput-knee", "t1", "decode_step_s", _L70, batch=1, context=4096),
+    _g("tp8-decode-step", "t_total", "decode_step_s", _L70, batch=1, context=2048),
+    _g("tp8-decode-step", "t_b64", "decode_step_s", _L70, batch=64, context=2048),
+    _g("mbu-definition-pitfalls", "dense_step", "decode_step_s", _L70, batch=32, context=16384),
+    _g("diagnosing-60-percent-mbu", "t_model", "decode_step_s", "llama70b-h100x4", batch=32,
+       context=4096),
+    # time to first token (prefill)
+    _g("prefill-decode-crossover-ttft", "ttft", "ttft_s", _L70, prompt_len=2000),
+    _g("prefill-decode-crossover-ttft", "ttft_long", "ttft_s", _L70, prompt_len=32768),
+    _g("prefill-floor", "ttft_hi", "ttft_s", _L70, prompt_len=8192),
+    _g("prefill-floor", "fu_32k", "ttft_s", _L70, prompt_len=32768),
+    _g("prefill-vs-decode-bottleneck", "pf_time", "ttft_s", _L70, prompt_len=4096),
+    _g("joules-per-token", "t_prefill", "ttft_s", _L70, prompt_len=4096),
+    _g("recompute-vs-fetch-prefix", "t_rec", "ttft_s", _L70, prompt_len=8192),
+    _g("kv-tiering-hbm-dram-ssd", "t_rec", "ttft_s", _L70, prompt_len=32768),
+    _g("long-context-serving", "prefill_short", "ttft_s", _L70, prompt_len=4096),
+    _g("long-context-serving", "first_step", "ttft_s", _L70, prompt_len=8192),
+    _g("long-context-serving", "prefill_s", "ttft_s", _L70, prompt_len=131072),
+    # KV capacity (the memory budget)
+    _g("kv-capacity-memory-budget", "blocks", "kv_blocks", _L70),
+    _g("kv-capacity-memory-budget", "blocks_h200", "kv_blocks", "llama70b-h200x8"),
+    _g("kv-capacity-memory-budget", "kv_pool", "kv_cache_bytes", _L70),
+    _g("kv-capacity-memory-budget", "max_conc", "max_concurrency", _L70, context=8192),
+    _g("kv-capacity-memory-budget", "max_seqs", "max_sequences", _L70, context=8192),
+    _g("prefix-eviction-stranding", "pool_blocks", "kv_blocks", _L70),
+    _g("throughput-knee", "b_max", "max_concurrency", _L70, context=4096),
+    _g("throughput-knee", "b_max_reserved", "max_concurrency", _L70, context=32768),
+    _g("throughput-knee", "fu_h200_bmax", "max_concurrency", "llama70b-h200x8", context=4096),
+    _g("joules-per-token", "b_max", "max_concurrency", _L70, context=4096),
+    _g("decode-intensity-70b", "bmax0", "max_concurrency", _L70, context=4096),
+    _g("decode-intensity-70b", "bmax1", "max_concurrency", _L70, context=8192),
+    _g("decode-intensity-70b", "bmax2", "max_concurrency", _L70, context=32768),
+    _g("fp8-kv-cache-scales", "fit_bf16", "max_concurrency", _L70, context=131072),
+    _g("where-roofline-breaks", "long_real_max", "max_concurrency", _L70, context=32768),
+    # collectives
+    _g("ffn-cost-model", "dec_comm", "allreduce_s", _L70, message_bytes=16384),
+)
 
 
 def glued_texts(nb: dict) -> dict[str, str]:
@@ -117,9 +172,13 @@ def glued_texts(nb: dict) -> dict[str, str]:
         for o in cell.get("outputs", []):
             name = o.get("metadata", {}).get("scrapbook", {}).get("name")
             if name is not None:
-                text = o.get("data", {}).get("application/papermill.record/text/plain")
+                text = o.get("data", {}).get(GLUE_PREFIX + "text/plain")
                 if text is not None:
-                    out[name] = text.strip("'\"")
+                    try:  # the book glues a quoted string; older outputs held the bare text
+                        value = ast.literal_eval(text)
+                    except (SyntaxError, ValueError):
+                        value = text
+                    out[name] = value if isinstance(value, str) else text
     return out
 
 

@@ -103,8 +103,9 @@ LEVELS = ("optimistic", "central", "pessimistic")
 
 
 def step_assumptions(level: str = "central", **overrides) -> StepAssumptions:
-    """Step assumptions from ``data/assumptions.yaml``: ``central`` values, or the fast
-    (``optimistic``: one-shot all-reduce too) or slow (``pessimistic``) end of every range.
+    """Step assumptions from ``data/assumptions.yaml``: ``central`` values (NCCL ring all-reduce),
+    or the fast (``optimistic``: each all-reduce also takes its fastest algorithm, one-shot for
+    small messages) or slow (``pessimistic``) end of every range.
     Keyword arguments set single fields (None keeps the data value)."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)}; got {level!r}")
@@ -117,7 +118,7 @@ def step_assumptions(level: str = "central", **overrides) -> StepAssumptions:
         v = assumptions.value(path) if end is None else {"low": lo, "high": hi}[end]
         values[field] = v * scale
     values["sampling_kernels"] = assumptions.value("decode_step.sampling_kernels")
-    values["allreduce_algorithm"] = "one_shot" if level == "optimistic" else "ring"
+    values["allreduce_algorithm"] = "auto" if level == "optimistic" else "ring"
     unknown = set(overrides) - set(values)
     if unknown:
         raise ValueError(f"unknown step assumption(s) {sorted(unknown)}; valid: {sorted(values)}")
@@ -153,7 +154,7 @@ def kv_read_fraction(dep: Deployment) -> float:
 
 def _layer_kernels(dep: Deployment, batch: int, context: int, moe_layer: bool,
                    a: StepAssumptions) -> list[Kernel]:
-    m, g, tp = dep.mdl, dep.chip, dep.tp
+    m, tp = dep.mdl, dep.tp
     b_w, b_a = bytes_per_element(dep.weight_dtype), bytes_per_element(dep.act_dtype)
     B, d = batch, m.hidden_size
     att = m.attention_params_per_layer()

@@ -215,30 +215,13 @@ def test_moe_crossover_bisection_matches_all_experts_closed_form(key):
 # ---- decode: KV capacity and bandwidth ceilings ----------------------------------------------
 
 
-def test_kv_capacity_by_hand():
-    # 8 x H100 TP8, 90% of 80 GB, 141.1 GB weights / 8, 327,680 B/token / 8 per GPU, 4096 tokens
-    free = 80e9 * 0.9 - 70_553_706_496 * 2 / 8
-    expected = math.floor(free / (4096 * 327_680 / 8))
-    assert (
-        pf.kv_capacity_sequences("llama-3.1-70b", "h100-sxm", 4096, 8, memory_utilization=0.9)
-        == expected
-        == 324
-    )
+def test_decode_capacity_is_the_memory_budget():
+    """The decode ceiling the prefill explorers show is the one capacity function's."""
+    from lib.perf.deployment import Deployment
+    from lib.perf.memory import memory_budget
 
-
-@given(context=st.integers(1, 131072), tp=st.sampled_from([2, 4, 8, 16]))
-def test_kv_capacity_is_the_largest_batch_that_fits(context, tp):
-    # second method: lib.perf.roofline.fits_in_memory on B and B + 1 sequences (utilization 1)
-    m = model("llama-3.1-70b")
-    b = pf.kv_capacity_sequences(m, "h100-sxm", context, tp)
-    per_seq = context * m.kv_bytes_per_token()
-    assert rf.fits_in_memory(m, "h100-sxm", tp, kv_bytes_total=b * per_seq)[0]
-    assert not rf.fits_in_memory(m, "h100-sxm", tp, kv_bytes_total=(b + 1) * per_seq * 1.000001)[0]
-
-
-def test_kv_capacity_raises_when_weights_do_not_fit():
-    with pytest.raises(ValueError, match="raise tp or quantize"):
-        pf.kv_capacity_sequences("llama-3.1-70b", "h100-sxm", 4096, 1)
+    dep = Deployment("llama-3.1-70b", "h100-sxm", tp=8)
+    assert dep.budget.max_concurrency(4096) == memory_budget("llama-3.1-70b", "h100-sxm", 8).max_concurrency(4096)
 
 
 @given(
@@ -315,13 +298,6 @@ def test_max_context_for_ridge_70b():
         (lambda: pf.prefill_estimate("llama-3.1-70b", "h100-sxm", 10, n_gpus=3), "tp"),
         (lambda: pf.prefill_estimate("llama-3.1-70b", "a100-sxm", 10, compute_dtype="fp8"), "fp8"),
         (lambda: pf.prompt_len_for_time("llama-3.1-70b", "h100-sxm", 0), "target_s"),
-        (lambda: pf.kv_capacity_sequences("llama-3.1-70b", "h100-sxm", 0, 8), "context"),
-        (
-            lambda: pf.kv_capacity_sequences(
-                "llama-3.1-70b", "h100-sxm", 10, 8, memory_utilization=1.5
-            ),
-            "memory_utilization",
-        ),
         (lambda: pf.decode_intensity("llama-3.1-70b", 0), "batch"),
         (lambda: pf.decode_ridge_batch("llama-3.1-70b", "h100-sxm", -1), "context"),
         (lambda: pf.kaplan_forward_flops_per_token("llama-3.1-70b", -5), "n_ctx"),
