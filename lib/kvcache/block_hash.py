@@ -26,13 +26,6 @@ from lib.registry.models import Model, model
 # ---- validation helpers ------------------------------------------------------------------
 
 
-def _tp(m: Model, tp: object) -> int:
-    tp = integer("tp", tp, 1)
-    if m.num_attention_heads % tp:
-        raise ValueError(
-            f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
-        )
-    return tp
 
 
 # ---- block caches: provenance oracle, hashes, collisions ---------------------------------------
@@ -224,4 +217,4 @@ def kv_block_bytes(
     """
     m = model(mdl)
     bs = integer("block_size", block_size, 1)
-    return bs * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, _tp(m, tp))
+    return bs * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, m.check_tp(tp))

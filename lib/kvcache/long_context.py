@@ -9,7 +9,7 @@ read, TP all-reduces), applied chunk by chunk. SI units: tokens, bytes, seconds.
 from __future__ import annotations
 
 from lib.inputs import fraction, integer, real
-from lib.perf.memory import MemoryBudget, _check_tp, fact
+from lib.perf.memory import MemoryBudget, fact
 from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
 
@@ -34,7 +34,7 @@ def prefill_chunk_compute_s(
     from lib.perf.prefill import default_mfu
 
     m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     c = integer("chunk_tokens", chunk_tokens, 1)
     p = real("position", position, 0)
     u = default_mfu(mfu)

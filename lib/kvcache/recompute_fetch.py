@@ -24,13 +24,6 @@ from lib.units import GB
 # ---- validation helpers ------------------------------------------------------------------
 
 
-def _tp(m: Model, tp: object) -> int:
-    tp = integer("tp", tp, 1)
-    if m.num_attention_heads % tp:
-        raise ValueError(
-            f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
-        )
-    return tp
 
 
 # ---- recompute vs fetch: FLOPs and bytes ---------------------------------------------------
@@ -224,7 +217,7 @@ def fetch_time_s(
     Each of the ``tp`` GPUs fetches its own shard over its own link, in parallel.
     """
     m = model(mdl)
-    tp = _tp(m, tp)
+    tp = m.check_tp(tp)
     p = integer("prefix_len", prefix_len, 0)
     if not isinstance(tier, StorageTier):
         raise ValueError(f"tier must be a StorageTier (see storage_tier()), got {tier!r}")
@@ -282,7 +275,7 @@ def breakeven_bandwidth_closed_form(
     :func:`breakeven_bandwidth`, which adds the weight read and the TP all-reduces.
     """
     m = model(mdl)
-    tp = _tp(m, tp)
+    tp = m.check_tp(tp)
     ratio = flops_per_kv_byte(m, prefix_len, kv_dtype)
     return achieved_flops_per_s(chip, tp, compute_dtype, mfu) * kv_shard_fraction(m, tp) / ratio
 
@@ -309,7 +302,7 @@ def breakeven_prefix_tokens_closed_form(
     always wins (no attention term and B <= 0 with L > 0, or B < 0).
     """
     m = model(mdl)
-    tp = _tp(m, tp)
+    tp = m.check_tp(tp)
     c = achieved_flops_per_s(chip, tp, compute_dtype, mfu)
     w = real("bandwidth", bandwidth, 0, low_open=True, unit="bytes/s")
     t0 = real("latency_s", latency_s, 0)

@@ -93,13 +93,6 @@ def fact_source(name: str) -> str:
 # ---- validation ---------------------------------------------------------------------------
 
 
-def _check_tp(m: Model, tp: int) -> int:
-    tp = integer("tp", tp, 1)
-    if m.num_attention_heads % tp:
-        raise ValueError(
-            f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
-        )
-    return tp
 
 
 def _check_pp(m: Model, pp: int) -> int:
@@ -178,7 +171,7 @@ def weight_bytes_per_gpu(
     rest (FFN / experts, embeddings, head) is split: A b / pp + (W - A) b / (tp pp).
     """
     m = model(mdl)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     pp = _check_pp(m, pp)
     b = bytes_per_element(weight_dtype)
     total = m.params_total * b
@@ -212,7 +205,7 @@ def activation_peak_bytes(
     """
     m = model(mdl)
     tokens = integer("tokens", tokens, 1)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     b = bytes_per_element(act_dtype)
     d = m.hidden_size
     heads = m.num_attention_heads // tp
@@ -392,7 +385,7 @@ def kv_placement(
     tp x s. Data-parallel attention: each rank keeps whole tokens of its own sequences (copies 1).
     """
     m = model(mdl)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     pp = _check_pp(m, pp)
     dcp = integer("dcp", dcp, 1)
     per_token = m.kv_bytes_per_token(kv_dtype)
@@ -699,7 +692,7 @@ def naive_kv_bytes(
     Negative when the weights alone exceed the card.
     """
     m, g = model(mdl), gpu(chip)
-    return g.memory_bytes - weight_bytes_per_gpu(m, _check_tp(m, tp), weight_dtype)
+    return g.memory_bytes - weight_bytes_per_gpu(m, m.check_tp(tp), weight_dtype)
 
 
 # ---- fleets: n GPUs as replicas of one layout ----------------------------------------------------------
@@ -771,7 +764,7 @@ def fleet(
     """
     m = model(mdl)
     n_gpus = integer("n_gpus", n_gpus, 1)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     pp = _check_pp(m, pp)
     if n_gpus % (tp * pp):
         raise ValueError(f"tp x pp = {tp * pp} must divide n_gpus = {n_gpus}")

@@ -45,13 +45,6 @@ def default_mfu(mfu: float | None = None) -> float:
     return fraction("mfu", resolve(mfu, "prefill.prefill_mfu"), allow_zero=False)
 
 
-def _check_tp(m: Model, tp: int) -> int:
-    tp = integer("tp (n_gpus)", tp, 1)
-    if m.num_attention_heads % tp:
-        raise ValueError(
-            f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}"
-        )
-    return tp
 
 
 # ---- the weight-matrix inventory ------------------------------------------------------
@@ -251,7 +244,7 @@ def prefill_estimate(
     memory_s = (weights read / n_gpus + KV written x shard fraction) / HBM bandwidth.
     """
     m, g = model(mdl), gpu(chip)
-    n_gpus = _check_tp(m, n_gpus)
+    n_gpus = m.check_tp(n_gpus)
     prompt_len = integer("prompt_len", prompt_len, 1)
     batch = integer("batch", batch, 1)
     fraction("mfu", mfu, allow_zero=False)
@@ -292,7 +285,7 @@ def prefill_allreduce_s(
     vendor's link): it grows with the tokens, so TTFT does not scale as 1 / tp.
     """
     m = model(mdl)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     prompt_len = integer("prompt_len", prompt_len, 1)
     batch = integer("batch", batch, 1)
     if tp == 1:
@@ -374,7 +367,7 @@ def prompt_len_for_time(
     (a = 0 without attention): P = (-(2N + a/2) + sqrt((2N + a/2)^2 + 2 a C)) / a.
     """
     m, g = model(mdl), gpu(chip)
-    n_gpus = _check_tp(m, n_gpus)
+    n_gpus = m.check_tp(n_gpus)
     fraction("mfu", mfu, allow_zero=False)
     real("target_s", target_s, 0, low_open=True, unit="seconds")
     c = target_s * n_gpus * g.peak_flops(compute_dtype) * mfu
@@ -476,7 +469,7 @@ def decode_intensity(
     context 0 this is the weight GEMMs alone: 2 N_matmul B / (N_total b), about B in BF16.
     """
     m = model(mdl)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     batch = integer("batch", batch, 1)
     context = integer("context", context, 0, unit="tokens")
     flops = batch * m.flops_per_token(context) / tp
@@ -495,7 +488,7 @@ def decode_intensity_limit(
     intensity any batch reaches at ``context``.
     """
     m = model(mdl)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     context = integer("context", context, 1)
     return (
         m.flops_per_token(context)
@@ -523,7 +516,7 @@ def decode_ridge_batch(
     with the batch as more experts are touched).
     """
     m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     context = integer("context", context, 0, unit="tokens")
     per_seq = (
         m.flops_per_token(context) / tp / g.peak_flops(compute_dtype)
@@ -561,7 +554,7 @@ def max_context_for_ridge(
     key, k = KV bytes per token, s = shard fraction, R = ridge; math.inf if tp R k s <= a.
     """
     m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     denom = tp * g.ridge_point(compute_dtype) * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(
         m, tp
     ) - m.attention_flops_per_token(1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lib.inputs import integer, real
+from lib.inputs import real
 from lib.perf.moe import expected_experts_touched
 from lib.registry.dtypes import bytes_per_element
 from lib.registry.hardware import GPU, gpu
@@ -95,11 +95,6 @@ def gemm_crossover_m(n: int, k: int, chip: str | GPU, dtype: str = "bf16") -> fl
     return r * b * k * n / denom
 
 
-def _check_tp(m: Model, tp: int) -> int:
-    tp = integer("tp", tp, 1)
-    if m.num_attention_heads % tp:
-        raise ValueError(f"tp={tp} must divide the {m.num_attention_heads} attention heads of {m.key}")
-    return tp
 
 
 def kv_shard_fraction(mdl: str | Model, tp: int) -> float:
@@ -109,7 +104,7 @@ def kv_shard_fraction(mdl: str | Model, tp: int) -> float:
     every rank (fraction 1).
     """
     m = model(mdl)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     if m.is_mla:
         return 1.0
     return max(1.0 / tp, 1.0 / m.num_kv_heads)
@@ -190,7 +185,7 @@ def decode_step(mdl: str | Model, chip: str | GPU, tp: int = 1, batch: int = 1, 
     FLOPs = batch x (2N + attention at ``context``) / tp.
     """
     m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     if context < 0:
         raise ValueError(f"context must be >= 0 tokens, got {context}")
     weights = weight_bytes_read_per_step(m, batch, weight_dtype) / tp
@@ -209,7 +204,7 @@ def prefill(mdl: str | Model, chip: str | GPU, prompt_len: int, tp: int = 1, bat
     not be the weights') x the shard fraction.
     """
     m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     flops = batch * m.prefill_flops(prompt_len) / tp
@@ -254,7 +249,7 @@ def fits_in_memory(mdl: str | Model, chip: str | GPU, tp: int = 1, weight_dtype:
                    kv_bytes_total: float = 0.0) -> tuple[bool, float]:
     """(fits, bytes per GPU) for weights / tp + the given KV bytes x shard fraction."""
     m, g = model(mdl), gpu(chip)
-    tp = _check_tp(m, tp)
+    tp = m.check_tp(tp)
     per_gpu = m.weight_bytes(weight_dtype) / tp + kv_bytes_total * kv_shard_fraction(m, tp)
     return per_gpu <= g.memory_bytes, per_gpu
 

@@ -64,6 +64,18 @@ class Model:
     def num_moe_layers(self) -> int:
         return self.num_layers - self.first_dense_layers if self.is_moe else 0
 
+    def check_tp(self, tp: object) -> int:
+        """``tp`` as an int when it divides the attention heads (the loose rule of the per-GPU
+        formulas); else ValueError naming the heads. A Deployment applies vLLM's full rule."""
+        from lib.inputs import integer
+
+        tp = integer("tp", tp, 1)
+        if self.num_attention_heads % tp:
+            raise ValueError(
+                f"tp={tp} must divide the {self.num_attention_heads} attention heads of {self.key}"
+            )
+        return tp
+
     @property
     def gqa_group_size(self) -> float:
         """Query heads per cached KV head (1 = MHA; MLA shares one latent across all heads)."""

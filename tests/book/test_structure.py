@@ -141,3 +141,13 @@ def test_interviewer_indexes_are_current():
     from tools.indexes import main
 
     assert main(["--check"]) == 0, "interviewer-index.md / coding-index.md are stale: run python -m tools.indexes"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_each_glue_name_is_glued_once(path):
+    """The book build refuses a glue key stored twice; say which, before the build does."""
+    names = [out.get("metadata", {}).get("scrapbook", {}).get("name")
+             for c in _nb(path)["cells"] if c["cell_type"] == "code" for out in c.get("outputs", [])]
+    names = [n for n in names if n is not None]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    assert not dupes, f"glued more than once: {dupes}"
