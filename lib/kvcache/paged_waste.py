@@ -191,7 +191,7 @@ def kv_budget_bytes(
 
     The per-GPU pool is :func:`lib.perf.memory.memory_budget`'s (the one KV-capacity formula:
     ``u x driver-visible memory - weights / tp - activations - sampler - attention workspace -
-    NCCL - CUDA graphs``, with vLLM's defaults from ``data/serving_memory.yaml``); the replica
+    NCCL - CUDA graphs``, with vLLM's defaults from ``data/assumptions.yaml`` (``serving_memory``)); the replica
     holds ``pool / s`` bytes of whole tokens, ``s`` being the share of each token one GPU stores
     (``1 / tp`` while tp <= KV heads). ``memory_utilization`` is vLLM's
     ``gpu_memory_utilization`` (None: its default, 0.9). Raises ValueError when the weights and

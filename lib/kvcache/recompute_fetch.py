@@ -3,7 +3,7 @@
 Recomputing a prefix of P tokens is its prefill, priced by :func:`lib.perf.prefill.prefill_time`
 (compute at the compute-only MFU, weight read, tensor-parallel all-reduce traffic); fetching it
 moves P x kv_bytes_per_token bytes (each GPU its shard) over a storage tier's link. Also here:
-the FLOP and byte counts behind the ratio, the tiers of ``data/storage_tiers.yaml`` seen from one
+the FLOP and byte counts behind the ratio, the tiers of ``data/assumptions.yaml`` (``storage``) seen from one
 GPU, and the compute-bound closed forms of the break-even bandwidth and prefix length.
 :mod:`lib.kvcache.tiering` adds the node's capacities and SSD wear on top of these functions.
 SI units: FLOP, FLOP/s, bytes, bytes/s, seconds.
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from lib.inputs import integer, real
 from lib.perf.roofline import kv_shard_fraction
+from lib.registry import assumptions
 from lib.registry.data import load_yaml, unknown_name
 from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
@@ -100,18 +101,18 @@ class StorageTier:
 
 
 def _tiers_doc() -> dict:
-    return load_yaml("storage_tiers.yaml")
+    return assumptions.section("storage")
 
 
 def tier_names() -> list[str]:
-    """Keys of ``data/storage_tiers.yaml`` tiers, fastest link first."""
+    """Keys of ``data/assumptions.yaml`` (``storage``) tiers, fastest link first."""
     return list(_tiers_doc()["tiers"])
 
 
 def _host_link_bandwidth(g: GPU) -> tuple[float, str]:
     doc = _tiers_doc()["host_link"]
     if g.key not in doc:
-        raise ValueError(f"no host-link entry for {g.key} in data/storage_tiers.yaml")
+        raise ValueError(f"no host-link entry for {g.key} in data/assumptions.yaml (storage)")
     entry = doc[g.key]
     if "host_link_gbps" in entry:
         return float(entry["host_link_gbps"]) * GB, entry.get("note", "host link")
@@ -124,7 +125,7 @@ def _host_link_bandwidth(g: GPU) -> tuple[float, str]:
 
 def storage_tier(name: str, chip: str | GPU) -> StorageTier:
     """Tier ``name`` as seen from one ``chip``: link bandwidth from hardware.yaml where it lives
-    there (NVLink per direction, NIC per GPU, PCIe/host link), else from storage_tiers.yaml."""
+    there (NVLink per direction, NIC per GPU, PCIe/host link), else from assumptions.yaml (storage)."""
     g = gpu(chip)
     tiers = _tiers_doc()["tiers"]
     if name not in tiers:
@@ -147,7 +148,7 @@ def storage_tier(name: str, chip: str | GPU) -> StorageTier:
         peak, what = _host_link_bandwidth(g)
     elif link == "fixed":
         peak = float(raw["bandwidth_gbps"]["value"]) * GB * float(raw["devices_per_gpu"]["value"])
-        what = "storage_tiers.yaml"
+        what = "assumptions.yaml (storage)"
     else:  # pragma: no cover - data error
         raise ValueError(f"tier {name!r} has unknown link kind {link!r}")
     return StorageTier(
@@ -183,7 +184,7 @@ def _dep(dep):
 
 
 def _as_tier(tier: str | StorageTier, chip: str | GPU) -> StorageTier:
-    """A StorageTier as given, or the named tier of ``data/storage_tiers.yaml`` seen from ``chip``."""
+    """A StorageTier as given, or the named tier of ``data/assumptions.yaml`` (``storage``) seen from ``chip``."""
     return tier if isinstance(tier, StorageTier) else storage_tier(tier, chip)
 
 

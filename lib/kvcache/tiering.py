@@ -19,7 +19,7 @@ Bandwidths here are the replica's (bytes/s into all its GPUs) and bytes are the 
 bytes; the recompute-vs-fetch arithmetic itself lives in :mod:`lib.kvcache.recompute_fetch` (per
 GPU, shard-aware, recompute = :func:`lib.perf.prefill.prefill_time`) and the functions below
 are its replica view; the HBM tier is :func:`lib.perf.memory.memory_budget`. SI units throughout: FLOP, FLOP/s,
-bytes, bytes/s, seconds. Facts and assumptions come from ``data/storage_tiers.yaml`` (its
+bytes, bytes/s, seconds. Facts and assumptions come from ``data/assumptions.yaml`` (``storage``) (its
 ``node``, ``workload`` and ``tiers`` sections) through :func:`default_node` and
 :func:`workload_defaults`.
 """
@@ -34,7 +34,7 @@ from lib.kvcache import recompute_fetch as rf
 from lib.perf.prefill import default_mfu as prefill_default_mfu
 from lib.perf.prefill import prefill_time
 from lib.perf.roofline import kv_shard_fraction
-from lib.registry.data import load_yaml
+from lib.registry import assumptions
 from lib.registry.hardware import GPU
 from lib.registry.models import Model, model
 from lib.units import GB, TB, US
@@ -98,7 +98,7 @@ def _entries(section: dict) -> dict:
 def _fact_entries() -> dict:
     """{section: {name: yaml entry}} for host, ssd and workload, under this module's names
     (the aliases of :func:`facts`)."""
-    doc = load_yaml("storage_tiers.yaml")
+    doc = assumptions.section("storage")
     host, ssd = _entries(doc["node"]["host"]), _entries(doc["node"]["ssd"])
     dram_tier, nvme = doc["tiers"]["host_dram"], doc["tiers"]["local_nvme"]
     host["dram_fetch_latency_us"] = dram_tier["latency_us"]
@@ -110,7 +110,7 @@ def _fact_entries() -> dict:
 
 
 def facts() -> dict:
-    """The node's values in ``data/storage_tiers.yaml`` as {section: {name: value}} (yaml units).
+    """The node's values in ``data/assumptions.yaml`` (``storage``) as {section: {name: value}} (yaml units).
 
     host and ssd: the ``node`` section, plus the values it shares with the per-GPU tiers under
     the names this module uses: host dram_fetch_latency_us = tiers.host_dram.latency_us and
@@ -121,8 +121,20 @@ def facts() -> dict:
     return {s: {k: e["value"] for k, e in d.items()} for s, d in _fact_entries().items()}
 
 
+def fact(section: str, name: str, given=None):
+    """``given`` when it is not None, else :func:`facts`' value of ``name`` in ``section`` (yaml
+    units): how a notebook parameter left None takes its data value."""
+    if given is not None:
+        return given
+    values = facts()
+    if section not in values or name not in values[section]:
+        known = sorted(values.get(section, values))
+        raise ValueError(f"no storage fact {section}.{name}; known there: {', '.join(known)}")
+    return values[section][name]
+
+
 def fact_range(section: str, name: str) -> tuple[float, float]:
-    """(low, high) that ``data/storage_tiers.yaml`` gives for one of :func:`facts`' values
+    """(low, high) that ``data/assumptions.yaml`` (``storage``) gives for one of :func:`facts`' values
     (``fact_range("ssd", "capacity_tb")``: the drive family's smallest and largest capacity);
     (value, value) where it states no range. Yaml units."""
     entries = _fact_entries()
@@ -136,7 +148,7 @@ def fact_range(section: str, name: str) -> tuple[float, float]:
 
 
 def default_node(**overrides) -> NodeSpec:
-    """The 8-GPU node of ``data/storage_tiers.yaml`` (2 TB DDR5, PCIe Gen5, 8 PM1743-class SSDs).
+    """The 8-GPU node of ``data/assumptions.yaml`` (``storage``) (2 TB DDR5, PCIe Gen5, 8 PM1743-class SSDs).
 
     Keyword overrides replace fields (SI units), e.g. ``default_node(ssd_drives=1)``.
     """
@@ -192,7 +204,7 @@ def _check_node(node: NodeSpec) -> NodeSpec:
 
 
 def workload_defaults() -> dict:
-    """prefill_share, output_tokens_per_prompt_token, spill_fraction from ``data/storage_tiers.yaml``."""
+    """prefill_share, output_tokens_per_prompt_token, spill_fraction from ``data/assumptions.yaml`` (``storage``)."""
     return dict(facts()["workload"])
 
 
@@ -406,7 +418,7 @@ def kv_write_rate(
     w = prefill_share x prefill_tokens_per_s x (1 + output per prompt token) x b x spill_fraction:
     every computed prompt token and every generated token creates b bytes of KV, and a
     write-through or LRU-victim SSD tier eventually receives ``spill_fraction`` of them.
-    None takes the value of :func:`workload_defaults` (``workload`` in ``data/storage_tiers.yaml``).
+    None takes the value of :func:`workload_defaults` (``workload`` in ``data/assumptions.yaml`` (``storage``)).
     """
     dflt = workload_defaults()
     if prefill_share is None:

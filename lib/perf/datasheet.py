@@ -34,7 +34,7 @@ from lib.perf.roofline import (
     weight_bytes_read_per_step,
     weight_bytes_streamed,
 )
-from lib.registry.data import load_yaml
+from lib.registry import assumptions
 from lib.registry.dtypes import bytes_per_element
 from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
@@ -330,7 +330,7 @@ def headline_scenarios(
     fits when the memory budget on driver-visible memory (``Deployment.budget``) holds at least one
     sequence of ``context`` tokens; the aggregate rows need the batch the modelled step
     (:mod:`lib.perf.throughput`) needs and report the budget's count with its fraction.
-    ``memory_utilization`` None: ``engine_defaults.gpu_memory_utilization`` in ``data/serving_memory.yaml``.
+    ``memory_utilization`` None: ``engine_defaults.gpu_memory_utilization`` in ``data/assumptions.yaml`` (``serving_memory``).
     """
     real("claim_tokens_per_s", claim_tokens_per_s, 0, low_open=True)
     m, g = model(mdl), gpu(chip)
@@ -462,7 +462,7 @@ def matmul_dtype(weight_dtype: str, chip: str | GPU) -> str:
 
 
 def _packaging() -> dict:
-    return load_yaml("power_assumptions.yaml")
+    return assumptions.section("power")
 
 
 def hbm_stack_bandwidth(pin_rate_gbps: float, bus_bits: int | None = None) -> float:
@@ -482,7 +482,7 @@ def implied_pin_rate_gbps(chip: str | GPU) -> float:
     stacks = _packaging()["hbm"]["stacks_per_gpu"]
     if g.key not in stacks:
         raise ValueError(
-            f"no HBM stack count for {g.key} in power_assumptions.yaml; known: {', '.join(stacks)}"
+            f"no HBM stack count for {g.key} in assumptions.yaml (power); known: {', '.join(stacks)}"
         )
     bits = _packaging()["hbm"]["bus_width_bits_per_stack"]["value"]
     return g.memory_bandwidth * 8 / (stacks[g.key]["value"] * bits) / 1e9

@@ -6,7 +6,7 @@ validated once, when built, with a message that names the input and what is allo
 TP must shard the heads (vLLM's rule), EP must divide the experts, PP cannot exceed the
 layers, the dtypes must exist (the compute dtype on the chip), the weights must leave room for
 a KV cache on the driver-visible memory. Engine settings left ``None`` are resolved from
-``data/`` (vLLM's defaults in ``serving_memory.yaml``), so a built record holds plain values.
+``data/`` (vLLM's defaults in ``assumptions.yaml (serving_memory)``), so a built record holds plain values.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 X moves with batch size along the modelled decode step (:func:`lib.perf.step.decode_step`, read
 through :mod:`lib.perf.throughput`: tens of times between batch 1 and a full batch); P is pinned between a memory-bound floor and the TDP cap.
 Power figures that are not datasheet facts (idle and decode-floor fractions of TDP, server
-overhead, PUE, HBM energy per bit) come from ``data/power_assumptions.yaml``.
+overhead, PUE, HBM energy per bit) come from ``data/assumptions.yaml`` (``power``).
 SI units: watts, joules, tokens/s, bytes/s.
 """
 
@@ -17,30 +17,20 @@ from lib.inputs import fraction, real
 from lib.perf import throughput as tput
 from lib.perf.deployment import Deployment
 from lib.perf.step import StepAssumptions
-from lib.registry.data import load_yaml
+from lib.registry import assumptions
 from lib.registry.hardware import GPU, gpu
 
 
-def assumptions() -> dict:
-    """The parsed ``data/power_assumptions.yaml``."""
-    return load_yaml("power_assumptions.yaml")
-
-
 def assumed(path: str) -> float:
-    """One numeric value from power_assumptions.yaml by dotted path (``"gpu_power.pue"`` style)."""
-    node = assumptions()
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise ValueError(f"no {path!r} in data/power_assumptions.yaml")
-        node = node[part]
-    value = node["value"] if isinstance(node, dict) else node
-    return float(value)
+    """One number of the ``power`` section of ``data/assumptions.yaml`` by dotted path
+    (``"server.pue"``), read through :mod:`lib.registry.assumptions`."""
+    return float(assumptions.value("power." + path))
 
 
 def resolve(path: str, given: float | None = None) -> float:
-    """``given`` when set, else the value at ``path`` in power_assumptions.yaml: how a notebook
+    """``given`` when set, else the value at ``path`` in assumptions.yaml (power): how a notebook
     parameter left ``None`` takes its data value (e.g. ``resolve("server.pue", PUE)``)."""
-    return assumed(path) if given is None else float(given)
+    return float(assumptions.resolve(given, "power." + path))
 
 
 def joules_per_token(power_w, tokens_per_s):

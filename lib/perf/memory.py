@@ -6,7 +6,7 @@ Three parts, all per GPU and in SI units (bytes, seconds) unless a name says oth
 1. **Components.** Each thing that takes GPU memory while serving is a function with its
    formula: weights, the activation peak of one forward pass, the sampler's logits buffers,
    CUDA-graph pools, NCCL buffers, the non-torch memory an engine measures, the CUDA context and
-   allocator fragmentation. Facts and assumptions come from ``data/serving_memory.yaml``.
+   allocator fragmentation. Facts and assumptions come from ``data/assumptions.yaml`` (``serving_memory``).
 2. **Budget.** :func:`memory_budget` assembles them the way vLLM sizes its KV cache:
    ``KV = utilization x visible memory - (what the engine measures or estimates)``, while the
    CUDA context, fragmentation and (in older engines) the CUDA graphs must fit in the
@@ -33,7 +33,7 @@ from types import MappingProxyType
 
 from lib.inputs import fraction, integer, real
 from lib.perf.roofline import kv_shard_fraction
-from lib.registry.data import load_yaml
+from lib.registry import assumptions
 from lib.registry.dtypes import bytes_per_element
 from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
@@ -45,11 +45,15 @@ _SECTIONS = ("engine_defaults", "measured", "assumptions")
 
 
 def _doc() -> dict:
-    return load_yaml("serving_memory.yaml")
+    return assumptions.section("serving_memory")
 
 
-def fact(name: str):
-    """Value of ``name`` in ``data/serving_memory.yaml`` (engine defaults, measurements, assumptions)."""
+def fact(name: str, given=None):
+    """``given`` when it is not None, else the value of ``name`` in the ``serving_memory`` section of
+    ``data/assumptions.yaml`` (engine defaults, measurements, assumptions): the one place a
+    notebook parameter left None takes its data value."""
+    if given is not None:
+        return given
     doc = _doc()
     for section in _SECTIONS:
         if name in doc.get(section, {}):
@@ -60,7 +64,7 @@ def fact(name: str):
 
 def default_memory_utilization(memory_utilization: float | None = None) -> float:
     """``memory_utilization``, or (None) vLLM's default ``gpu_memory_utilization`` as
-    ``data/serving_memory.yaml`` records it (``engine_defaults.gpu_memory_utilization``)."""
+    ``data/assumptions.yaml`` (``serving_memory``) records it (``engine_defaults.gpu_memory_utilization``)."""
     return fact("gpu_memory_utilization") if memory_utilization is None else memory_utilization
 
 
@@ -114,7 +118,7 @@ def visible_memory_bytes(chip: str | GPU) -> float:
     """Total device memory the driver reports (what ``torch.cuda.mem_get_info`` calls total), bytes.
 
     Engines multiply this, not the datasheet capacity, by ``gpu_memory_utilization``. Uses the
-    logged figure from ``data/serving_memory.yaml`` where one exists (H100 SXM 79.19 GiB, H200
+    logged figure from ``data/assumptions.yaml`` (``serving_memory``) where one exists (H100 SXM 79.19 GiB, H200
     139.72 GiB), else the datasheet capacity of ``data/hardware.yaml`` (decimal GB).
     """
     g = gpu(chip)
@@ -534,7 +538,7 @@ class MemoryBudget:
 
 
 def default_batch_limits(chip: str | GPU) -> tuple[int, int]:
-    """vLLM API-server defaults (``engine_defaults`` in ``data/serving_memory.yaml``):
+    """vLLM API-server defaults (``engine_defaults`` in ``data/assumptions.yaml`` (``serving_memory``)):
     max_num_batched_tokens / max_num_seqs on GPUs of at least large_gpu_memory_gib other than
     A100, else max_num_batched_tokens_small_gpu / max_num_seqs_small_gpu."""
     chip = gpu(chip)
@@ -545,7 +549,7 @@ def default_batch_limits(chip: str | GPU) -> tuple[int, int]:
 
 def default_block_size(mdl: str | Model) -> int:
     """vLLM's KV block size for ``mdl``: 16 tokens, 64 for MLA models (FlashMLA), from
-    ``data/serving_memory.yaml``."""
+    ``data/assumptions.yaml`` (``serving_memory``)."""
     return fact("mla_block_size_flashmla") if model(mdl).is_mla else fact("block_size")
 
 
@@ -583,7 +587,7 @@ def memory_budget(
     (logged as vLLM's default since v0.21.0, a disputed default; G itself is
     :func:`cuda_graph_bytes`, our model). The CUDA context C, fragmentation F (and G when not estimated) must fit in
     (1 - u) x M. Blocks = floor(KV / (block size x KV bytes per token per GPU)). Defaults from
-    ``data/serving_memory.yaml``; MLA models default to 64-token blocks (FlashMLA). The
+    ``data/assumptions.yaml`` (``serving_memory``); MLA models default to 64-token blocks (FlashMLA). The
     ``*_override`` arguments take what an engine logged instead of the model. Raises
     ValueError when the subtracted memory alone exceeds u x M or no whole block fits.
     """

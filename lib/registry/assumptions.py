@@ -35,6 +35,16 @@ def entry(path: str) -> dict:
     return node
 
 
+def section(name: str) -> dict:
+    """A top-level section of the file as a dict, with the file's ``sources`` beside it (for the
+    domain readers that walk their own layout: ``serving_memory``, ``storage``, ``power``)."""
+    doc = _doc()
+    if name not in doc or name == "sources":
+        valid = ", ".join(k for k in doc if k != "sources")
+        raise ValueError(f"unknown assumptions section {name!r}; valid: {valid}")
+    return {**doc[name], "sources": doc["sources"]}
+
+
 def value(path: str):
     """``entry(path)["value"]``, in the unit the entry states."""
     e = entry(path)

@@ -100,7 +100,7 @@ def test_hbm_power():
     # 3.35 TB/s x 8 bit x 4 pJ/bit = 107.2 W
     assert math.isclose(energy.hbm_power_w(3.35e12, 4.0), 107.2)
     assert math.isclose(energy.weight_read_energy_j(1e9, 4.0), 0.032)
-    with pytest.raises(ValueError, match="no 'nope.x'"):
+    with pytest.raises(ValueError, match="power has no 'nope'"):
         energy.assumed("nope.x")
 
 

@@ -1,6 +1,6 @@
 """lib.kvcache.tiering: fetch against recompute per tier, the break-even ratio, and SSD wear-out.
 
-Expected values are worked by hand from the datasheet figures in data/storage_tiers.yaml and
+Expected values are worked by hand from the datasheet figures in data/assumptions.yaml (storage) and
 data/hardware.yaml (H100 SXM dense BF16 989 TFLOP/s), or checked by a second method (bisection,
 brute-force comparison)."""
 
@@ -112,7 +112,7 @@ def test_lifetime_never_increases_with_the_write_rate(a, b):
 
 
 def test_node_and_per_gpu_tiers_share_one_value_per_fact():
-    # data/storage_tiers.yaml holds each fetch latency, the SSD read rate and its efficiency once:
+    # data/assumptions.yaml (storage) holds each fetch latency, the SSD read rate and its efficiency once:
     # the node of lib.kvcache.tiering and the per-GPU tiers of lib.kvcache.recompute_fetch read the same entries.
     n = kt.default_node()
     nvme, host = rf.storage_tier("local_nvme", "h100-sxm"), rf.storage_tier("host_dram", "h100-sxm")
@@ -146,7 +146,7 @@ def test_replica_view_is_lib_kvcache_prefix_per_gpu(key, n, p):
 
 
 def test_fact_range_reads_the_yaml_bounds():
-    # data/storage_tiers.yaml: PM1743 capacities 1.92 to 15.36 TB (3.84 TB in a DGX H100);
+    # data/assumptions.yaml (storage): PM1743 capacities 1.92 to 15.36 TB (3.84 TB in a DGX H100);
     # NVMe read efficiency 0.3-0.95 around 0.7 (tiers.local_nvme, the alias ssd.read_efficiency)
     assert kt.fact_range("ssd", "capacity_tb") == (1.92, 15.36)
     assert kt.fact_range("ssd", "read_efficiency") == (0.3, 0.95)

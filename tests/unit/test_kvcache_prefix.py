@@ -88,7 +88,7 @@ def test_storage_tiers_read_links_from_hardware_yaml():
     assert rf.storage_tier("host_dram", "gb200").peak_bandwidth == 450e9  # NVLink-C2C to Grace
     assert rf.storage_tier("nvlink_peer", H100).peak_bandwidth == h100.scaleup_bandwidth == 450e9
     assert rf.storage_tier("rdma_remote", H100).peak_bandwidth == 50e9  # 400 Gb/s NIC
-    # PM1743 13 GB/s datasheet sequential read x 0.7 achieved (data/storage_tiers.yaml)
+    # PM1743 13 GB/s datasheet sequential read x 0.7 achieved (data/assumptions.yaml (storage))
     assert rf.storage_tier("local_nvme", H100).bandwidth == pytest.approx(13e9 * 0.7, rel=1e-12)
     assert rf.storage_tier("network_storage", H100).latency_s == 2e-3
     assert [t.key for t in rf.available_tiers("l4")] == [
@@ -105,7 +105,7 @@ def test_storage_tiers_read_links_from_hardware_yaml():
 def test_fetch_time_by_hand():
     tier = rf.storage_tier("host_dram", H100)
     # TP8: each GPU holds 1 of 8 KV heads and fetches 8192 x 327,680 / 8 bytes over its own link.
-    expected = 20e-6 + 8192 * KV70 / 8 / (63e9 * 0.873)  # 20 us fixed cost (data/storage_tiers.yaml)
+    expected = 20e-6 + 8192 * KV70 / 8 / (63e9 * 0.873)  # 20 us fixed cost (data/assumptions.yaml (storage))
     assert math.isclose(rf.fetch_time_s(M70, 8192, tier, tp=8), expected, rel_tol=1e-12)
     # MLA's single latent is replicated on every rank: TP does not shrink the bytes per GPU.
     ds = models.model("deepseek-v3")

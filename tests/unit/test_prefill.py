@@ -310,7 +310,7 @@ def test_bad_inputs_raise_valueerror(call, match):
 
 def test_assumptions_load():
     a = pf.assumptions()
-    assert "gpu_memory_utilization" not in a  # one home: data/serving_memory.yaml
+    assert "gpu_memory_utilization" not in a  # one home: data/assumptions.yaml (serving_memory)
     assert memory.fact("gpu_memory_utilization") == 0.9  # vLLM default
     assert 0 < a["prefill_mfu"] <= 1
 
