@@ -13,6 +13,7 @@ as the tuple ``(8, 192)``; a quoted one renders exactly as glued.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from typing import Any
 
@@ -50,3 +51,20 @@ def show(*names: str) -> None:
         raise ValueError(f"not glued yet: {missing}; glued so far: {sorted(_GLUED)}")
     width = max(len(n) for n in names)
     print("\n".join(f"{n:<{width}}  {_GLUED[n]}" for n in names))
+
+
+def glued_texts(nb: dict) -> dict[str, str]:
+    """{glue name: glued text} read back from a notebook's stored outputs (a notebook dict)."""
+    out = {}
+    for cell in nb.get("cells", []):
+        for o in cell.get("outputs", []):
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            text = o.get("data", {}).get(GLUE_PREFIX + "text/plain")
+            if name is None or text is None:
+                continue
+            try:  # glued as a quoted string; outputs stored before that held the bare text
+                value = ast.literal_eval(text)
+            except (SyntaxError, ValueError):
+                value = text
+            out[name] = value if isinstance(value, str) else text
+    return out

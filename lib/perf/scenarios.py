@@ -9,13 +9,12 @@ A notebook that computes one of these quantities its own way fails that test.
 
 from __future__ import annotations
 
-import ast
 import functools
 import math
 import re
 from dataclasses import dataclass, field
 
-from lib.book.glue import GLUE_PREFIX
+from lib.book.glue import glued_texts
 from lib.perf.deployment import Deployment
 
 SCENARIOS = {
@@ -163,23 +162,6 @@ GLUED: tuple[Glued, ...] = (
     # collectives
     _g("ffn-cost-model", "dec_comm", "allreduce_s", _L70, message_bytes=16384),
 )
-
-
-def glued_texts(nb: dict) -> dict[str, str]:
-    """{glue name: glued text} from a notebook's stored outputs (myst-nb's scrapbook records)."""
-    out = {}
-    for cell in nb.get("cells", []):
-        for o in cell.get("outputs", []):
-            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
-            if name is not None:
-                text = o.get("data", {}).get(GLUE_PREFIX + "text/plain")
-                if text is not None:
-                    try:  # the book glues a quoted string; older outputs held the bare text
-                        value = ast.literal_eval(text)
-                    except (SyntaxError, ValueError):
-                        value = text
-                    out[name] = value if isinstance(value, str) else text
-    return out
 
 
 def inconsistencies(nb: dict, slug: str, declared: tuple[Glued, ...] | None = None) -> list[str]:

@@ -1,0 +1,48 @@
+"""Every glued text appears in its built page exactly as glued: no number turned into a tuple.
+
+myst-nb's {glue:text} role evaluates the stored plain text as a Python literal, so a bare
+``8,192`` once rendered as ``(8, 192)``; lib.book.glue stores a quoted string instead. This test
+reads each notebook's glued texts from its stored outputs and looks for each one the prose cites
+in the rendered HTML.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import pytest
+
+from lib.book.glue import glued_texts
+from tools.notebooks import ROOT, notebook_paths
+
+HTML = ROOT / "_build" / "html"
+GLUE_ROLE = re.compile(r"\{glue:text\}`([A-Za-z0-9_]+)`")
+TUPLE_NUMBER = re.compile(r"\(\d{1,3}, \d{3}\)")
+NOTEBOOKS = notebook_paths()
+
+
+SMART = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})
+
+
+def _text_of(page: str) -> str:
+    """The page's visible text, tags dropped, entities decoded, Sphinx's smart quotes undone,
+    white space folded."""
+    page = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S | re.I)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).translate(SMART).split())
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_cited_glue_renders_as_glued(path):
+    built = HTML / path.relative_to(ROOT).with_suffix(".html")
+    if not built.is_file():
+        pytest.fail(f"{built} is not built: run ./book build (./book test builds it first)")
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cited = set(GLUE_ROLE.findall("\n".join("".join(c["source"]) for c in nb["cells"]
+                                            if c["cell_type"] == "markdown")))
+    texts = glued_texts(nb)
+    page = _text_of(built.read_text(encoding="utf-8"))
+    missing = {n: texts[n] for n in cited if n in texts and " ".join(texts[n].split()) not in page}
+    assert not missing, f"glued text not found verbatim in {built.name}: {missing}"
+    assert not TUPLE_NUMBER.search(page), f"a number rendered as a tuple: {TUPLE_NUMBER.search(page).group(0)}"
