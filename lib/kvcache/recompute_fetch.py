@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from lib.inputs import integer, real
+from lib.perf.deployment import require
 from lib.perf.roofline import kv_shard_fraction
 from lib.registry import assumptions
 from lib.registry.data import load_yaml, unknown_name
@@ -175,12 +176,6 @@ def available_tiers(chip: str | GPU) -> list[StorageTier]:
 # ---- recompute vs fetch: time -------------------------------------------------------------------
 
 
-def _dep(dep):
-    from lib.perf.deployment import Deployment
-
-    if not isinstance(dep, Deployment):
-        raise ValueError(f"dep must be a lib.perf.deployment.Deployment, got {type(dep).__name__}")
-    return dep
 
 
 def _as_tier(tier: str | StorageTier, chip: str | GPU) -> StorageTier:
@@ -201,7 +196,7 @@ def recompute_time_s(dep, prefix_len: int, *, suffix_len: int = 0, mfu: float | 
     """
     from lib.perf.prefill import prefill_time
 
-    dep = _dep(dep)
+    dep = require(dep)
     p = integer("prefix_len", prefix_len, 0)
     s = integer("suffix_len", suffix_len, 0)
     if p == 0:
@@ -236,7 +231,7 @@ def breakeven_bandwidth(
     W* = P x kv_bytes_per_token x shard / (:func:`recompute_time_s` - latency); infinite when the
     recompute takes no longer than the fetch latency alone (no link is fast enough).
     """
-    dep = _dep(dep)
+    dep = require(dep)
     m = dep.mdl
     p = integer("prefix_len", prefix_len, 1)
     lat = real("latency_s", latency_s, 0)
@@ -345,7 +340,7 @@ def compare_recompute_fetch(
 ) -> RecomputeVsFetch:
     """Recompute time (:func:`recompute_time_s`), fetch time from ``tier`` and the break-even
     bandwidth at its latency, for the replica ``dep``."""
-    dep = _dep(dep)
+    dep = require(dep)
     t = _as_tier(tier, dep.chip)
     rec = recompute_time_s(dep, prefix_len, suffix_len=suffix_len, mfu=mfu)
     fetch = fetch_time_s(dep.mdl, prefix_len, t, tp=dep.tp, kv_dtype=dep.kv_dtype)
@@ -369,7 +364,7 @@ def breakeven_prefix_tokens(
     makes tiny prefixes look expensive to recompute; a request with new tokens (>= 1) pays that
     read anyway, so pass its ``suffix_len`` for the realistic threshold.
     """
-    dep = _dep(dep)
+    dep = require(dep)
     t = _as_tier(tier, dep.chip)
     limit = integer("max_tokens", max_tokens, 1)
 

@@ -145,6 +145,16 @@ class Deployment:
         return dataclasses.replace(self, **changes)
 
 
+def require(dep: object) -> Deployment:
+    """``dep`` when it is a :class:`Deployment`; else ValueError saying what to pass."""
+    if not isinstance(dep, Deployment):
+        raise ValueError(
+            f"dep must be a lib.perf.deployment.Deployment (build one with "
+            f"Deployment(model, gpu, tp=...)), got {type(dep).__name__}"
+        )
+    return dep
+
+
 def tp_shards(mdl: str | Model, tp: int) -> bool:
     """Whether an engine can shard ``mdl`` ``tp`` ways: tp divides the query heads, and the KV
     heads divide by tp or tp by the KV heads (vLLM's rule; MLA's latent is replicated)."""

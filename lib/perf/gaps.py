@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from lib.inputs import fraction, integer
 from lib.perf import prefill as pf
 from lib.perf import step as st
-from lib.perf.deployment import Deployment
+from lib.perf.deployment import Deployment, require
 from lib.registry.hardware import GPU, gpu
 
 BUCKETS = (
@@ -54,10 +54,6 @@ _CATEGORY = {"gemm": "gemm", "attention": "attention", "small": "elementwise",
              "collective": "collective", "sampling": "sampling"}
 
 
-def _dep(dep) -> Deployment:
-    if not isinstance(dep, Deployment):
-        raise ValueError(f"dep must be a lib.perf.deployment.Deployment, got {type(dep).__name__}")
-    return dep
 
 
 # ---- the trace: a view of lib.perf.step ---------------------------------------------------
@@ -96,7 +92,7 @@ def decode_trace(dep: Deployment, batch: int = 1, context: int = 0,
     as profiler rows; each GEMM also carries its weight bytes / datasheet bandwidth (its floor),
     read from :func:`lib.perf.step.step_kernels`. CUDA graphs on or off is ``dep.cuda_graphs``.
     """
-    dep = _dep(dep)
+    dep = require(dep)
     a = assume or st.step_assumptions()
     s = st.decode_step(dep, batch, context, a, timeline=True)
     kernels = st.step_kernels(dep, s.batch, s.context, a)
@@ -238,7 +234,7 @@ def roofline_plan(dep: Deployment, batch: int, context: int) -> dict[str, float]
     """
     from lib.perf import roofline as rf
 
-    dep = _dep(dep)
+    dep = require(dep)
     m, g, tp = dep.mdl, dep.chip, dep.tp
     bound = rf.decode_step(m, g, tp, batch, context, dep.weight_dtype, dep.kv_dtype, dep.compute_dtype)
     kv = batch * context * m.kv_bytes_per_token(dep.kv_dtype) * rf.kv_shard_fraction(m, tp)
@@ -278,7 +274,7 @@ def mixed_prefill_s(dep: Deployment, step: st.DecodeStep, chunk_tokens: float, p
     all-reduces ride in the step's own calls, so their latency share (a few percent of that
     traffic at 2k-token prompts) is counted twice: an upper estimate, said here.
     """
-    dep = _dep(dep)
+    dep = require(dep)
     fraction("clock_fraction", clock_fraction, allow_zero=False)
     if chunk_tokens < 0:
         raise ValueError(f"chunk_tokens must be >= 0, got {chunk_tokens}")
@@ -309,7 +305,7 @@ def plan_waterfall(
     continuous batching mixes into each step (:func:`mixed_prefill_s`), then what a sustained
     clock of ``clock_fraction`` adds to that compute-bound part.
     """
-    dep = _dep(dep)
+    dep = require(dep)
     fraction("clock_fraction", clock_fraction, allow_zero=False)
     plan = roofline_plan(dep, batch, context)
     trace, b = suspects(dep, batch, context, assume)
@@ -337,7 +333,7 @@ def prefill_chunk_spike(dep: Deployment, batch: int, context: int, chunk_tokens:
                         prompt_len: int, assume: st.StepAssumptions | None = None) -> float:
     """Seconds one decode step of ``batch`` sequences at ``context`` grows by when a
     ``chunk_tokens`` slice of a ``prompt_len``-token prompt lands in it (:func:`mixed_prefill_s`)."""
-    dep = _dep(dep)
+    dep = require(dep)
     chunk_tokens = integer("chunk_tokens", chunk_tokens, 0, unit="tokens")
     s = st.decode_step(dep, batch, context, assume)
     return mixed_prefill_s(dep, s, chunk_tokens, prompt_len)

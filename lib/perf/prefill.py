@@ -323,10 +323,9 @@ def prefill_time(dep, prompt_len: int, batch: int = 1, mfu: float | None = None)
     charged once, here. The one prefill model of the book: TTFT, recompute and chunk pricing
     call it.
     """
-    from lib.perf.deployment import Deployment
+    from lib.perf.deployment import require
 
-    if not isinstance(dep, Deployment):
-        raise ValueError(f"dep must be a lib.perf.deployment.Deployment, got {type(dep).__name__}")
+    require(dep)
     est = prefill_estimate(dep.mdl, dep.chip, prompt_len, dep.tp, default_mfu(mfu), dep.weight_dtype,
                            dep.compute_dtype, dep.kv_dtype, batch=batch)
     comm = prefill_allreduce_s(dep.mdl, dep.chip, prompt_len, dep.tp, batch, dep.act_dtype)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from lib.inputs import fraction, integer, real
 from lib.perf import collectives
-from lib.perf.deployment import Deployment
+from lib.perf.deployment import Deployment, require
 from lib.perf.moe import expected_experts_touched
 from lib.registry import assumptions
 from lib.registry.dtypes import bytes_per_element
@@ -308,8 +308,7 @@ def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
     ``assume``: :func:`step_assumptions` (default central values); CUDA graphs on or off is the
     deployment's ``cuda_graphs``. ``timeline=True`` keeps every launch in ``events``.
     """
-    if not isinstance(dep, Deployment):
-        raise ValueError(f"dep must be a lib.perf.deployment.Deployment, got {type(dep).__name__}")
+    require(dep)
     batch = integer("batch", batch, 1, unit="sequences")
     context = integer("context", context, 0, unit="tokens")
     a = assume or step_assumptions()

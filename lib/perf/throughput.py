@@ -27,27 +27,23 @@ from __future__ import annotations
 import math
 
 from lib.inputs import fraction, integer, real
-from lib.perf.deployment import Deployment
+from lib.perf.deployment import Deployment, require
 from lib.perf.step import StepAssumptions, decode_step, kv_read_fraction
 
 LARGE_BATCH = 1 << 20  # far past every kernel's ridge: the step is linear in B from here on
 
 
-def _dep(dep) -> Deployment:
-    if not isinstance(dep, Deployment):
-        raise ValueError(f"dep must be a lib.perf.deployment.Deployment, got {type(dep).__name__}")
-    return dep
 
 
 def step_s(dep: Deployment, batch: int, context: int, assume: StepAssumptions | None = None) -> float:
     """t(B): the modelled decode step of ``batch`` sequences at ``context`` tokens, seconds
     (:func:`lib.perf.step.decode_step`)."""
-    return decode_step(_dep(dep), batch, context, assume).total_s
+    return decode_step(require(dep), batch, context, assume).total_s
 
 
 def tokens_per_s(dep: Deployment, batch: int, context: int, assume: StepAssumptions | None = None) -> float:
     """X(B) = B / t(B), output tokens/s of the replica (one token per sequence per step)."""
-    return decode_step(_dep(dep), batch, context, assume).tokens_per_s
+    return decode_step(require(dep), batch, context, assume).tokens_per_s
 
 
 def _interp_step(dep, b: float, context: int, assume) -> float:
@@ -65,7 +61,7 @@ def per_sequence_buckets(dep: Deployment, context: int, assume: StepAssumptions 
     (bucket(2N) - bucket(N)) / N at N = LARGE_BATCH, where every kernel is in its final regime.
     They sum to :func:`per_sequence_s`."""
     context = integer("context", context, 0, unit="tokens")
-    a = decode_step(_dep(dep), LARGE_BATCH, context, assume).buckets
+    a = decode_step(require(dep), LARGE_BATCH, context, assume).buckets
     b = decode_step(dep, 2 * LARGE_BATCH, context, assume).buckets
     return {k: (b[k] - a[k]) / LARGE_BATCH for k in a}
 
@@ -168,7 +164,7 @@ def compute_bound_batch(dep: Deployment, context: int, assume: StepAssumptions |
     context = integer("context", context, 0, unit="tokens")
 
     def excess(b: int) -> float:
-        return decode_step(_dep(dep), b, context, assume).buckets["compute_excess"]
+        return decode_step(require(dep), b, context, assume).buckets["compute_excess"]
 
     if excess(1) > 0:
         return 1.0
@@ -187,20 +183,20 @@ def kv_batch_ceiling(dep: Deployment, context: int) -> float:
     """Sequences of ``context`` tokens whose KV cache the replica holds, with the fraction:
     ``dep.budget.max_concurrency(context)`` (the memory budget on driver-visible memory)."""
     context = integer("context", context, 1, unit="tokens")
-    return _dep(dep).budget.max_concurrency(context)
+    return require(dep).budget.max_concurrency(context)
 
 
 def kv_bytes_per_sequence_per_gpu(dep: Deployment, context: int) -> float:
     """KV bytes one sequence of ``context`` tokens holds on each GPU of the replica: context x
     the budget's bytes per token per GPU (block bytes / block size)."""
     context = integer("context", context, 0, unit="tokens")
-    return context * _dep(dep).budget.kv_bytes_per_token_per_gpu
+    return context * require(dep).budget.kv_bytes_per_token_per_gpu
 
 
 def kv_read_bytes_per_sequence_per_gpu(dep: Deployment, context: int) -> float:
     """KV bytes one GPU reads per step for one sequence: context x KV bytes/token x read share."""
     context = integer("context", context, 0, unit="tokens")
-    return context * _dep(dep).mdl.kv_bytes_per_token(dep.kv_dtype) * kv_read_fraction(dep)
+    return context * require(dep).mdl.kv_bytes_per_token(dep.kv_dtype) * kv_read_fraction(dep)
 
 
 def tensor_core_ceiling_tokens_per_s(dep: Deployment, context: int, mfu: float = 1.0) -> float:
@@ -208,7 +204,7 @@ def tensor_core_ceiling_tokens_per_s(dep: Deployment, context: int, mfu: float =
     tp x P x mfu / FLOPs per token at ``context``."""
     context = integer("context", context, 0, unit="tokens")
     mfu = fraction("mfu", mfu, allow_zero=False)
-    d = _dep(dep)
+    d = require(dep)
     return d.tp * d.chip.peak_flops(d.compute_dtype) * mfu / d.mdl.flops_per_token(context)
 
 
@@ -217,7 +213,7 @@ def smallest_tp_that_fits(dep: Deployment, kv_bytes_total: float = 0.0, max_tp: 
     driver-visible memory, holds ``kv_bytes_total`` bytes of KV (split across the GPUs that hold
     it). ``dep`` supplies the model, GPU, dtypes and engine settings; its tp is ignored.
     Raises ValueError when no tp up to ``max_tp`` works."""
-    _dep(dep)
+    require(dep)
     real("kv_bytes_total", kv_bytes_total, 0, unit="bytes")
     tp = 1
     while tp <= max_tp:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from lib.inputs import integer
 from lib.perf.collectives import gpus_per_node
-from lib.perf.deployment import Deployment, tp_shards
+from lib.perf.deployment import Deployment, require, tp_shards
 from lib.perf.step import BUCKETS, DecodeStep, StepAssumptions, decode_step
 
 # ---- deployments at another TP degree ---------------------------------------------------------
@@ -47,8 +47,7 @@ def deployment_at(dep: Deployment, **changes) -> tuple[Deployment, str]:
 
     Only the fields of a Deployment may change; ``tp`` must still be an integer >= 1.
     """
-    if not isinstance(dep, Deployment):
-        raise ValueError(f"dep must be a lib.perf.deployment.Deployment, got {type(dep).__name__}")
+    require(dep)
     unknown = set(changes) - {f.name for f in dataclasses.fields(dep)}
     if unknown:
         raise ValueError(f"unknown Deployment field(s) {sorted(unknown)}")
