@@ -79,12 +79,19 @@ def _apply_named_op(alloc: BlockAllocator, shadow: dict, text: str, prompt: int)
     if kind == "append":
         seq, _, times = rest.partition(" x")
         notes = []
-        for _ in range(int(times or 1)):
+        wanted = int(times or 1)
+        for done in range(wanted):
             if seq not in shadow:
                 alloc.append_token(seq, 0)  # raises the allocator's own "not allocated" error
             token = _BASE[seq] + len(shadow[seq])
             table_before = alloc.block_table(seq)
-            event = alloc.append_token(seq, token)
+            try:
+                event = alloc.append_token(seq, token)
+            except OutOfBlocks as err:
+                if done == 0:
+                    raise  # the whole operation failed: the caller says nothing changed
+                notes.append(f"then OutOfBlocks ({err}): append {done + 1} changed nothing")
+                return f"{seq} wrote {done} of {wanted} (partial); " + "; ".join(notes)
             shadow[seq].append(token)
             if event is not None:
                 notes.append(f"copy-on-write block {event.src_block} -> {event.dst_block}")

@@ -41,7 +41,8 @@ class RadixNode:
     parent: RadixNode | None
     node_id: int
     children: dict[int, RadixNode] = field(default_factory=dict)
-    lock_count: int = 0
+    lock_count: int = 0  # locks of this node and of every locked descendant (what pins it)
+    own_locks: int = 0  # lock() calls on exactly this node not yet undone (what unlock() may undo)
     last_access: int = 0
     evicted: bool = False
 
@@ -162,14 +163,21 @@ class RadixCache:
 
     def lock(self, node: RadixNode) -> None:
         """Pin the path root..``node`` (a running request reads it): lock count + 1 on each."""
-        for path_node in self._path_to_root(node):
+        path = self._path_to_root(node)
+        node.own_locks += 1
+        for path_node in path:
             path_node.lock_count += 1
 
     def unlock(self, node: RadixNode) -> None:
-        """Undo one :meth:`lock` of ``node``."""
+        """Undo one :meth:`lock` of ``node`` (of this very node: a count it holds only because a
+        locked descendant pins it cannot be unlocked here)."""
         path = self._path_to_root(node)
-        if any(path_node.lock_count == 0 for path_node in path):
-            raise ValueError(f"{node!r} is not locked; unlock must follow a lock of the same node")
+        if node.own_locks == 0:
+            why = (f"its lock count {node.lock_count} comes from locked descendants"
+                   if node.lock_count else "it is not locked")
+            raise ValueError(f"{node!r} holds no lock of its own ({why}); unlock must undo a "
+                             "lock() of the same node")
+        node.own_locks -= 1
         for path_node in path:
             path_node.lock_count -= 1
 

@@ -86,3 +86,17 @@ def test_invalid_inputs_give_a_message(name, data):
     if exp.domains[bad_arg].valid(kwargs[bad_arg]):
         return  # the "invalid" draw happens to be inside the domain
     _check(widgets.render(name, **kwargs))
+
+
+def test_block_allocator_explorer_reports_a_partial_failure_as_partial():
+    """Regression: 3 blocks of 2, a 3-token prompt, then 4 appends: three appends fit (tokens 4-6
+    fill blocks 2 and 3), the fourth finds no block. The explorer once said 'nothing changed'."""
+    from lib.book import widgets
+
+    view = widgets.render("kvcache.block_allocator_ops", allocator="BlockAllocator (correct)",
+                          num_blocks=3, block_size=2, prompt_tokens=3, op1="allocate A",
+                          op2="append A x4", op3="-", op4="-", op5="-", op6="-")
+    rows = dict(view.rows)
+    assert rows["2. append A x4"].startswith("A wrote 3 of 4 (partial)"), rows["2. append A x4"]
+    assert "changed nothing" in rows["2. append A x4"]
+    assert rows["A: block table"].endswith("(6 tokens)")

@@ -336,3 +336,33 @@ def test_traces_are_seeded():
         multi_turn_chat_trace(2, 0)
     with pytest.raises(ValueError, match="step_tokens must be an integer >= 1"):
         branching_agent_trace(5, step_tokens=0)
+
+
+def test_unlocking_a_node_pinned_only_by_a_locked_descendant_is_refused():
+    """Regression: insert [1,2] and lock it, insert [1,2,3] and lock it, unlock the first twice.
+    The second unlock used to be accepted (the node's count came from the descendant), leaving
+    [1,2] at lock count 0 under a still-locked [1,2,3]."""
+    cache = RadixCache(8)
+    short = cache.insert([1, 2]).node
+    cache.lock(short)
+    long = cache.insert([1, 2, 3]).node
+    cache.lock(long)
+    cache.unlock(short)
+    with pytest.raises(ValueError, match="comes from locked descendants"):
+        cache.unlock(short)
+    assert short.lock_count == 1 and long.lock_count == 1  # nothing changed by the refusal
+    cache.unlock(long)
+    assert short.lock_count == 0 and cache.evict(3) == 3
+
+
+def test_a_split_keeps_the_locks_with_the_node_that_took_them():
+    cache = RadixCache(8)
+    node = cache.insert([1, 2, 3, 4]).node
+    cache.lock(node)
+    cache.insert([1, 2, 9])  # splits [1,2,3,4] into [1,2] + [3,4]
+    upper = node.parent
+    assert upper.lock_count == 1 and upper.own_locks == 0 and node.own_locks == 1
+    with pytest.raises(ValueError, match="comes from locked descendants"):
+        cache.unlock(upper)
+    cache.unlock(node)
+    assert upper.lock_count == 0
