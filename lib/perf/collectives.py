@@ -14,7 +14,10 @@ Every collective of the book is priced here (alpha-beta model):
   runs n - 1 rings over disjoint links, so it gets (n - 1) peer links: 1 at TP2, 7 at TP8),
   PCIe for boards without a scale-up link, and the network across nodes, with the node's NICs.
 - A group larger than a node is hierarchical: reduce-scatter inside each node, all-reduce of
-  each GPU's 1/g shard across nodes over that GPU's NIC, all-gather inside the node.
+  each GPU's 1/g shard across nodes over that GPU's NIC, all-gather inside the node; its
+  latency is the measured small all-reduce across two nodes, one more hop per doubling of
+  the node count. A node is 8 GPUs, or the chip's NVLink domain when larger (GB200 NVL72);
+  inside a node a group larger than the NVLink domain (H100 PCIe: bridged pairs) uses PCIe.
 
 Latencies, bus efficiencies, GPUs and NICs per node come from ``data/assumptions.yaml``
 (``collectives``). SI units: bytes, seconds, bytes/s.
@@ -50,7 +53,9 @@ class Fabric:
         return self.peer_bandwidth * (max(n - 1, 1) if self.mesh else 1)
 
     def alpha_s(self, n: int, steps: int) -> float:
-        """Latency of a collective of ``steps`` ring steps on ``n`` GPUs, seconds."""
+        """Latency of one collective on ``n`` GPUs of this fabric, seconds: NCCL's ring/LL model
+        ``base + steps x per_step`` on NVLink and Infinity Fabric (``steps`` ring steps); a
+        flat measured figure on PCIe. The network is priced per call by :func:`network_latency_s`."""
         if n <= 1:
             return 0.0
         if self.key in ("nvlink", "infinity_fabric"):
@@ -58,18 +63,36 @@ class Fabric:
             return (a["base_us"] + steps * a["per_step_us"]) * US
         if self.key == "pcie":
             return assumptions.value("collectives.pcie.latency_us") * US
-        return assumptions.value("collectives.network.allreduce_latency_us") * US
+        return network_latency_s(n)
 
 
-def gpus_per_node(given: int | None = None) -> int:
-    """GPUs in one scale-up domain: ``given`` or ``collectives.gpus_per_node`` (8)."""
-    return integer("gpus_per_node", assumptions.resolve(given, "collectives.gpus_per_node"), 1)
+def network_latency_s(nodes: int) -> float:
+    """Latency of one small collective spanning ``nodes`` nodes, seconds: the measured two-node
+    all-reduce (``collectives.network.allreduce_latency_us``, the whole call, intra-node hops
+    included) x log2(nodes), a tree across nodes that adds one hop per doubling."""
+    nodes = integer("nodes", nodes, 1)
+    if nodes == 1:
+        return 0.0
+    return assumptions.value("collectives.network.allreduce_latency_us") * US * math.log2(nodes)
 
 
-def intra_node_fabric(chip: str | GPU) -> Fabric:
-    """The scale-up fabric of ``chip``: NVLink (NVIDIA), Infinity Fabric (AMD), else PCIe."""
+def gpus_per_node(given: int | None = None, chip: str | GPU | None = None) -> int:
+    """GPUs that talk without the network: ``given``, else the chip's NVLink domain when it is
+    larger than a board (GB200 NVL72: 72), else ``collectives.gpus_per_node`` (8)."""
+    if given is not None:
+        return integer("gpus_per_node", given, 1)
+    board = integer("gpus_per_node", assumptions.value("collectives.gpus_per_node"), 1)
+    domain = gpu(chip).scaleup_domain_gpus if chip is not None else None
+    return max(board, domain or 0)
+
+
+def intra_node_fabric(chip: str | GPU, n_gpus: int = 2) -> Fabric:
+    """The fabric a group of ``n_gpus`` inside one node uses: NVLink (NVIDIA) or Infinity Fabric
+    (AMD) while the group fits the scale-up domain (``scaleup_domain_gpus``: an H100 PCIe's
+    NVLink bridge joins pairs only), else PCIe."""
     g = gpu(chip)
-    if g.scaleup_bandwidth:
+    n = integer("n_gpus", n_gpus, 1)
+    if g.scaleup_bandwidth and (g.scaleup_domain_gpus is None or n <= g.scaleup_domain_gpus):
         if g.vendor == "AMD":
             eff = assumptions.value("collectives.infinity_fabric.bus_efficiency")
             return Fabric("Infinity Fabric", g.scaleup_bandwidth, True, eff, "infinity_fabric")
@@ -161,36 +184,39 @@ def collective(kind: str, message_bytes: float, n_gpus: int, chip: str | GPU,
 
     ``message_bytes``: the per-rank buffer (all-reduce, all-to-all) or the full gathered buffer
     (all-gather, reduce-scatter). Groups of at most ``nodes_gpus`` (default
-    ``collectives.gpus_per_node``) stay on the scale-up fabric; larger groups must be whole nodes
-    and go hierarchical (see the module docstring).
+    :func:`gpus_per_node`) stay inside the node; larger groups must be whole nodes and go
+    hierarchical (see the module docstring), where ``algorithm`` no longer applies: the node's
+    part is a ring, the latency the measured cross-node call.
     """
     if kind not in COLLECTIVES:
         raise ValueError(f"kind must be one of {', '.join(COLLECTIVES)}; got {kind!r}")
     m, n = _check(message_bytes, n_gpus, algorithm)
     g = gpu(chip)
-    per_node = gpus_per_node(nodes_gpus)
-    intra = intra_node_fabric(g)
+    per_node = gpus_per_node(nodes_gpus, g)
+    intra = intra_node_fabric(g, min(n, per_node))
     if n <= per_node:
         lat, bw = _flat(kind, m, n, intra, algorithm)
         return CollectiveTime(kind, n, m, lat, bw, intra.name if n > 1 else "none")
     if n % per_node:
-        raise ValueError(f"a group of {n} GPUs spanning nodes must be whole nodes of {per_node}")
+        raise ValueError(
+            f"a group of {n} GPUs spans nodes of {per_node}: it must be whole nodes "
+            f"(a multiple of {per_node} GPUs)"
+        )
     nodes, net = n // per_node, network_fabric(g)
+    # bandwidth: hierarchical (the node's fabric, then each GPU's shard over its own NIC);
+    # latency: the measured whole call across nodes (network_latency_s)
     if kind == "all_reduce":
-        rs = _flat("reduce_scatter", m, per_node, intra, "ring")
-        ar = _flat("all_reduce", m / per_node, nodes, net, "ring")
-        ag = _flat("all_gather", m, per_node, intra, "ring")
-        lat, bw = rs[0] + ar[0] + ag[0], rs[1] + ar[1] + ag[1]
+        bw = (_flat("reduce_scatter", m, per_node, intra, "ring")[1]
+              + _flat("all_reduce", m / per_node, nodes, net, "ring")[1]
+              + _flat("all_gather", m, per_node, intra, "ring")[1])
     elif kind in ("all_gather", "reduce_scatter"):
         # the full buffer inside each node, then each GPU's 1/g shard across the nodes
-        inner = _flat(kind, m, per_node, intra, "ring")
-        outer = _flat(kind, m / per_node, nodes, net, "ring")
-        lat, bw = inner[0] + outer[0], inner[1] + outer[1]
+        bw = (_flat(kind, m, per_node, intra, "ring")[1]
+              + _flat(kind, m / per_node, nodes, net, "ring")[1])
     else:  # all-to-all: the share bound for other nodes leaves over this GPU's NIC
-        inner = _flat("all_to_all", m * per_node / n, per_node, intra, algorithm)
-        lat = inner[0] + net.alpha_s(nodes, 1)
-        bw = max(inner[1], m * (n - per_node) / n / (net.bandwidth(nodes) * net.bus_efficiency))
-    return CollectiveTime(kind, n, m, lat, bw, f"{intra.name} + network")
+        inner = _flat("all_to_all", m * per_node / n, per_node, intra, algorithm)[1]
+        bw = max(inner, m * (n - per_node) / n / (net.bandwidth(nodes) * net.bus_efficiency))
+    return CollectiveTime(kind, n, m, network_latency_s(nodes), bw, f"{intra.name} + network")
 
 
 def _flat(kind: str, m: float, n: int, f: Fabric, algorithm: str) -> tuple[float, float]:
@@ -203,6 +229,20 @@ def _flat(kind: str, m: float, n: int, f: Fabric, algorithm: str) -> tuple[float
         return f.alpha_s(n, n - 1), (n - 1) / n * m / bw
     # all-to-all: (n - 1) / n of each rank's buffer leaves it
     return f.alpha_s(n, 1), (n - 1) / n * m / bw
+
+
+def send(message_bytes: float, chip: str | GPU, across_nodes: bool = False) -> CollectiveTime:
+    """One peer-to-peer send of ``message_bytes`` (a pipeline stage handing its activations on):
+    one hop of latency + bytes over the peer link, or over the GPU's NIC ``across_nodes``."""
+    m = real("message_bytes", message_bytes, 0)
+    g = gpu(chip)
+    if across_nodes:
+        f, lat = network_fabric(g), network_latency_s(2)
+    else:
+        f = intra_node_fabric(g, 2)
+        lat = f.alpha_s(2, 1)
+    return CollectiveTime("send", 2, m, lat, m / (f.peer_bandwidth * f.bus_efficiency),
+                          f.name)
 
 
 def all_reduce_s(message_bytes: float, n_gpus: int, chip: str | GPU, algorithm: str = "ring",

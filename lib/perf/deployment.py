@@ -3,9 +3,11 @@
 Every derivation of the performance model takes a Deployment (or the one part it needs)
 instead of loose parameters; a what-if is ``dep.replace(kv_dtype="fp8")``. The record is
 validated once, when built, with a message that names the input and what is allowed:
-TP must shard the heads (vLLM's rule), EP must divide the experts, PP cannot exceed the
-layers, the dtypes must exist (the compute dtype on the chip), the weights must leave room for
-a KV cache on the driver-visible memory. Engine settings left ``None`` are resolved from
+TP must shard the heads (vLLM's rule) and a group larger than a node must be whole nodes on
+a chip with a network, PP cannot exceed the layers, the dtypes must exist (the compute dtype
+on the chip; FP8 compute needs weights of at most one byte), the weights must leave room for a
+KV cache on the driver-visible memory and the engine's pool must leave the headroom the CUDA
+context needs. Expert parallelism (``ep``) is refused until the budget and step model it. Engine settings left ``None`` are resolved from
 ``data/`` (vLLM's defaults in ``assumptions.yaml (serving_memory)``), so a built record holds plain values.
 """
 
@@ -23,7 +25,7 @@ from lib.registry.models import Model, model, model_names
 
 @dataclass(frozen=True)
 class Deployment:
-    """One replica: ``tp x pp`` GPUs (``ep`` expert-parallel ranks inside ``tp x dp``), ``dp`` replicas."""
+    """One replica of ``tp x pp`` GPUs, ``dp`` replicas; ``dcp`` splits replicated KV across TP ranks."""
 
     model: str
     gpu: str
@@ -65,13 +67,10 @@ class Deployment:
         if self.pp > m.num_layers:
             raise ValueError(f"pp={self.pp} cannot exceed the {m.num_layers} layers of {m.key}")
         if self.ep > 1:
-            if not m.is_moe:
-                raise ValueError(f"ep={self.ep} needs a mixture-of-experts model; {m.key} is dense")
-            if m.num_experts % self.ep or self.ep > self.tp * self.dp:
-                raise ValueError(
-                    f"ep={self.ep} must divide the {m.num_experts} experts of {m.key} and be at most "
-                    f"tp x dp = {self.tp * self.dp}"
-                )
+            raise ValueError(
+                f"ep={self.ep}: expert parallelism is not modelled yet (neither the memory budget nor "
+                "the decode step splits the experts across ranks); use ep=1 (experts sharded by tp)"
+            )
         for name in ("weight_dtype", "kv_dtype", "act_dtype"):
             if getattr(self, name) not in BYTES_PER_ELEMENT:
                 raise ValueError(
@@ -79,11 +78,17 @@ class Deployment:
                 )
         if self.compute_dtype not in g.dtypes:
             raise ValueError(
-                f"compute_dtype must be one {g.name} has a tensor-core peak for "
-                f"({', '.join(g.dtypes)}); got {self.compute_dtype!r}"
+                f"compute_dtype must be a dtype {g.name} has a peak for ({', '.join(g.dtypes)}); "
+                f"got {self.compute_dtype!r}"
             )
-        if self.tp * self.pp > 1 and not g.scaleup_bandwidth and not g.scaleout_bandwidth:
-            pass  # PCIe boards: collectives price the PCIe link (lib.perf.collectives)
+        b_c, b_w = BYTES_PER_ELEMENT.get(self.compute_dtype, 2.0), BYTES_PER_ELEMENT[self.weight_dtype]
+        if b_c < 2 and b_w > b_c:
+            raise ValueError(
+                f"compute_dtype={self.compute_dtype} runs the matmuls in {b_c:g}-byte elements but "
+                f"weight_dtype={self.weight_dtype} stores {b_w:g} bytes: quantize the weights too "
+                f"(weight_dtype of at most {b_c:g} byte) or compute in bf16"
+            )
+        self._check_span(g)
         set_("memory_utilization", fraction(
             "memory_utilization", memory.default_memory_utilization(self.memory_utilization),
             allow_zero=False))
@@ -98,7 +103,31 @@ class Deployment:
         set_("block_size", integer("block_size", self.block_size, 1))
         if not isinstance(self.cuda_graphs, bool):
             raise ValueError(f"cuda_graphs must be True or False, got {self.cuda_graphs!r}")
-        self.budget  # noqa: B018 - raises when the weights leave no room for a KV cache
+        budget = self.budget  # raises when the weights leave no room for a KV cache
+        if budget.headroom_margin_bytes < 0:
+            raise ValueError(
+                f"memory_utilization={self.memory_utilization} leaves "
+                f"{budget.headroom_bytes / 1e9:.2f} GB per GPU outside the engine's pool, but the CUDA "
+                f"context and fragmentation need {budget.headroom_demand_bytes / 1e9:.2f} GB: the GPU "
+                "would run out of memory at peak; lower memory_utilization"
+            )
+
+    def _check_span(self, g: GPU) -> None:
+        """A group larger than a node must be whole nodes, on a chip with a network figure."""
+        from lib.perf.collectives import gpus_per_node
+
+        per_node = gpus_per_node(chip=g)
+        for name, group in (("tp", self.tp), ("tp x pp", self.tp * self.pp)):
+            if group > per_node and group % per_node:
+                raise ValueError(
+                    f"{name}={group} spans nodes of {per_node} GPUs on {g.key}: use at most "
+                    f"{per_node} or a multiple of {per_node}"
+                )
+        if self.tp > per_node and not g.scaleout_bandwidth:
+            raise ValueError(
+                f"tp={self.tp} spans nodes but {g.key} has no network (NIC) figure in "
+                f"data/hardware.yaml: use tp of at most {per_node}"
+            )
 
     # ---- views ---------------------------------------------------------------------------
     @property

@@ -49,6 +49,20 @@ def quantity(kind: str, name: str, **args) -> float:
     """
     from lib.perf import collectives, prefill, step
 
+    step_args = ({"batch", "context"}, set())
+    signature = {  # kind -> (allowed, required) keyword arguments
+        "decode_step_s": step_args, "decode_floor_s": step_args, "weight_floor_s": step_args,
+        "ttft_s": ({"prompt_len", "batch"}, {"prompt_len"}),
+        "kv_blocks": (set(), set()), "kv_cache_bytes": (set(), set()),
+        "max_concurrency": ({"context"}, {"context"}), "max_sequences": ({"context"}, {"context"}),
+        "allreduce_s": ({"message_bytes"}, {"message_bytes"}),
+    }
+    if kind not in signature:
+        raise ValueError(f"kind must be one of {', '.join(QUANTITIES)}; got {kind!r}")
+    allowed, required = signature[kind]
+    if required - set(args) or set(args) - allowed:
+        raise ValueError(f"{kind} takes {', '.join(sorted(allowed)) or 'no arguments'} (required: "
+                         f"{', '.join(sorted(required)) or 'none'}); got {sorted(args)}")
     dep = scenario(name)
     if kind in ("decode_step_s", "decode_floor_s", "weight_floor_s"):
         s = step.decode_step(dep, args.get("batch", 1), args.get("context", 0))

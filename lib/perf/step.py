@@ -1,13 +1,17 @@
-"""The decode step: the one model of how long a decode step takes, on one GPU of a Deployment.
+"""The decode step: the one model of how long a decode step takes on a Deployment.
 
 A step runs ``batch`` sequences forward by one token, each attending to ``context`` cached
-tokens. It is built as the timeline a profiler would show on one GPU:
+tokens. It is built as the timeline a profiler would show on one GPU of each stage, stages
+one after the other (with pipeline parallelism a token passes every stage in turn, so the
+step is that latency; a stage's GPU holds 1 / pp of the layers, and ``weight_bytes_per_gpu``
+says so):
 
 1. **Host phase**: ``sampling_us + scheduler_us`` of CPU work on the critical path (returning
    the sampled tokens, building the next batch) while the GPU idles.
 2. **Kernels**, in execution order (per layer: norm, QKV GEMM, rotary, KV write, attention,
    O GEMM, all-reduce, norm, gate/up GEMM, activation, down GEMM, all-reduce; once per step:
-   embedding, final norm, LM head, logits all-gather, sampling). Each kernel lasts
+   embedding, final norm, LM head, logits all-gather, sampling; between pipeline stages a
+   peer-to-peer send of the activations). Each kernel lasts
    ``kernel_fixed + max(bytes / (W x eff), FLOPs / (P x matmul_eff))``: the per-kernel
    roofline, so a weight read and the GEMM that consumes it overlap (max, not sum). Weight
    GEMMs stream at ``gemv_bandwidth_efficiency``, attention reads the KV cache at
@@ -180,13 +184,9 @@ def _layer_kernels(dep: Deployment, batch: int, context: int, moe_layer: bool,
         router = m.hidden_size * m.num_experts
         read = ((touched + m.shared_experts) * per_expert + router) * b_w / tp
         used = 2 * B * ((m.experts_per_token + m.shared_experts) * per_expert + router) / tp
-        if dep.ep > 1:  # experts whole on ep ranks: tokens travel by all-to-all
-            out.append(_collective(dep, "all_to_all", msg * m.experts_per_token, a, dep.ep, "dispatch"))
         out.append(Kernel("experts_gate_up", "gemm", weight_bytes=read * 2 / 3, flops=used * 2 / 3))
         out.append(Kernel("activation", "small"))
         out.append(Kernel("experts_down", "gemm", weight_bytes=read / 3, flops=used / 3))
-        if dep.ep > 1:
-            out.append(_collective(dep, "all_to_all", msg * m.experts_per_token, a, dep.ep, "combine"))
     else:
         ffn = m._ffn_params(m.intermediate_size)
         up = 2 / 3 if m.mlp != "gelu_2matrix" else 1 / 2
@@ -208,6 +208,15 @@ def _collective(dep: Deployment, kind: str, message: float, a: StepAssumptions,
                   collective_latency_s=c.latency_s, collective_bandwidth_s=c.bandwidth_s)
 
 
+def _stage_send(dep: Deployment, message: float) -> Kernel:
+    """A pipeline stage hands ``message`` bytes to the next (:func:`lib.perf.collectives.send`;
+    over the network when the replica is larger than a node)."""
+    across = dep.tp * dep.pp > collectives.gpus_per_node(chip=dep.chip)
+    c = collectives.send(message, dep.chip, across)
+    return Kernel("pp_send", "collective", collective_latency_s=c.latency_s,
+                  collective_bandwidth_s=c.bandwidth_s)
+
+
 def step_kernels(dep: Deployment, batch: int, context: int,
                  a: StepAssumptions | None = None) -> list[Kernel]:
     """Every launch of one decode step on one GPU, in execution order."""
@@ -218,7 +227,10 @@ def step_kernels(dep: Deployment, batch: int, context: int,
     seq = [Kernel("embedding", "small", other_bytes=B * d * b_a)]
     dense = _layer_kernels(dep, B, context, False, a)
     moe = _layer_kernels(dep, B, context, True, a) if m.is_moe else dense
+    per_stage = -(-m.num_layers // dep.pp)
     for layer in range(m.num_layers):
+        if layer and layer % per_stage == 0:  # the activations move to the next stage's GPUs
+            seq.append(_stage_send(dep, B * d * b_a))
         seq += moe if (m.is_moe and layer >= m.first_dense_layers) else dense
     seq.append(Kernel("final_norm", "small"))
     seq.append(Kernel("lm_head", "gemm", weight_bytes=V * d * b_w / tp, flops=2 * B * V * d / tp,
@@ -311,6 +323,9 @@ def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
     require(dep)
     batch = integer("batch", batch, 1, unit="sequences")
     context = integer("context", context, 0, unit="tokens")
+    window = dep.mdl.max_position_embeddings
+    if context > window:
+        raise ValueError(f"context must be at most {dep.model}'s {window:,}-token window, got {context:,}")
     a = assume or step_assumptions()
     g = dep.chip
     bw = g.memory_bandwidth
@@ -355,6 +370,6 @@ def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
             events.append((k.name, k.category, start, dur))
         prev_end = start + dur
         n_kernels += 1
-    copies = kv_read_fraction(dep) * dep.tp * dep.dcp if not dep.mdl.is_mla else dep.tp / dep.dcp
-    return DecodeStep(dep, batch, context, b, n_kernels, n_coll, w_bytes, kv_bytes, max(copies, 1.0),
-                      tuple(events) if timeline else ())
+    copies = kv_read_fraction(dep) * dep.tp  # ranks holding each KV byte (DCP splits the copies)
+    return DecodeStep(dep, batch, context, b, n_kernels, n_coll, w_bytes / dep.pp, kv_bytes / dep.pp,
+                      max(copies, 1.0), tuple(events) if timeline else ())

@@ -61,7 +61,9 @@ def resolve(given, path: str):
 def value_range(path: str) -> tuple[float, float]:
     """(low, high) of an entry; (value, value) when it states no range."""
     e = entry(path)
-    v = e.get("value")
+    if "value" not in e:
+        raise ValueError(f"assumption {path!r} has no single value; its fields: {', '.join(e)}")
+    v = e["value"]
     return e.get("low", v), e.get("high", v)
 
 

@@ -29,6 +29,7 @@ class GPU:
     memory_bandwidth: float
     scaleup_bandwidth: float | None
     scaleout_bandwidth: float | None
+    scaleup_domain_gpus: int | None  # GPUs the scale-up link joins, when not a whole 8-GPU board
     l2_bytes: float
     compute_units: int
     tdp_w: float
@@ -85,6 +86,8 @@ def _build(key: str, raw: dict, sources: dict) -> GPU:
         memory_bandwidth=_value(raw["memory_bandwidth_tbps"], TB),
         scaleup_bandwidth=_value(raw.get("scaleup_unidirectional_gbps"), GB),
         scaleout_bandwidth=_value(nic, GB / 8),
+        scaleup_domain_gpus=(int(raw["scaleup_domain_gpus"]["value"])
+                             if raw.get("scaleup_domain_gpus") else None),
         l2_bytes=_value(raw["l2_mb"], MB),
         compute_units=int(units["value"]),
         tdp_w=_value(raw["tdp_w"], 1.0),

@@ -109,7 +109,34 @@ def test_hierarchical_sixteen_gpus_beat_a_flat_ring_over_one_nic():
     intra = c.intra_node_fabric("h100-sxm")
     by_hand = 2 * (7 / 8 * m / (H100_NVLINK * NVLINK_EFF)) + m / 8 / (net.peer_bandwidth * net.bus_efficiency)
     assert hier.bandwidth_s == pytest.approx(by_hand, rel=1e-12)
-    assert hier.latency_s == pytest.approx(2 * intra.alpha_s(8, 7) + net.alpha_s(2, 2), rel=1e-12)
+    # latency: the measured whole two-node call (it already holds the intra-node hops)
+    assert hier.latency_s == pytest.approx(assumptions.value("collectives.network.allreduce_latency_us") * US)
+    assert intra.name == "NVLink"
+
+
+def test_cross_node_latency_adds_one_hop_per_doubling_and_never_exceeds_a_flat_nic_ring():
+    small = 16e3
+    lat = [c.collective("all_reduce", small, n, "h100-sxm").latency_s for n in (16, 32, 64)]
+    assert lat[1] == pytest.approx(2 * lat[0]) and lat[2] == pytest.approx(3 * lat[0])
+    net = c.network_fabric("h100-sxm")
+    flat = sum(c._flat_all_reduce_s(small, 16, net, "ring"))
+    assert c.collective("all_reduce", small, 16, "h100-sxm").time_s <= flat
+
+
+def test_scale_up_domains_from_the_data():
+    # H100 PCIe: the NVLink bridge joins pairs; larger groups in the server use PCIe
+    assert c.intra_node_fabric("h100-pcie", 2).name == "NVLink"
+    assert c.collective("all_reduce", 1e6, 8, "h100-pcie").fabric == "PCIe"
+    # GB200 NVL72: 72 GPUs in one NVLink domain, no network below that
+    assert c.gpus_per_node(chip="gb200") == 72
+    assert c.collective("all_reduce", 1e6, 16, "gb200").fabric == "NVLink"
+    assert c.collective("all_reduce", 1e6, 144, "gb200").fabric == "NVLink + network"
+
+
+def test_a_send_is_one_hop():
+    t = c.send(1e6, "h100-sxm")
+    assert t.bandwidth_s == pytest.approx(1e6 / (H100_NVLINK * NVLINK_EFF))
+    assert c.send(1e6, "h100-sxm", across_nodes=True).fabric == "network"
 
 
 def test_all_gather_and_reduce_scatter_bytes():

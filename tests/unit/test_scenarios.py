@@ -73,3 +73,10 @@ def test_unknown_names_are_refused():
         sc.scenario("llama-on-a-toaster")
     with pytest.raises(ValueError, match="kind must be one of"):
         sc.quantity("tokens_per_joule", "llama70b-h100x8")
+
+
+def test_quantity_names_missing_and_unknown_arguments():
+    with pytest.raises(ValueError, match="required: prompt_len"):
+        sc.quantity("ttft_s", "llama70b-h100x8")
+    with pytest.raises(ValueError, match="contxt"):
+        sc.quantity("decode_step_s", "llama70b-h100x8", contxt=4096)
