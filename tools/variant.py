@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from tools.execute import KERNEL, resolve
-from tools.kernel import CELL_TIMEOUT_S, KERNEL_FAULTS, KERNEL_START_S, KernelManager
+from tools.kernel import CELL_TIMEOUT_S, KERNEL_START_S, KernelManager, is_kernel_fault
 from tools.notebooks import ROOT
 
 
@@ -59,7 +59,9 @@ def main(argv: list[str]) -> int:
     except papermill.PapermillExecutionError as err:
         print(f"the notebook failed with {params}: {err.ename}: {err.evalue}\n(partial output in {out})")
         return 1
-    except KERNEL_FAULTS as err:
+    except Exception as err:
+        if not is_kernel_fault(err):
+            raise
         print(f"the kernel stalled or died ({type(err).__name__}: {err}); run it again\n(partial output in {out})")
         return 1
     print(f"wrote {out}")

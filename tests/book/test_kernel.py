@@ -59,3 +59,18 @@ def test_nbclient_runs_a_notebook_through_it():
     client.execute()
     assert seen == [(kernel.KernelManager, kernel.SlicedPollClient)]
     assert nb.cells[0].outputs[0]["text"] == "42\n"
+
+
+def test_only_kernel_faults_earn_a_retry():
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    from tools.kernel import is_kernel_fault
+
+    assert is_kernel_fault(CellTimeoutError("cell timed out"))
+    assert is_kernel_fault(DeadKernelError("kernel died"))
+    assert is_kernel_fault(RuntimeError("Kernel didn't respond in 120 seconds"))
+    assert is_kernel_fault(RuntimeError("Kernel died before replying to kernel_info"))
+    # a notebook's own failures are not retried
+    assert not is_kernel_fault(RuntimeError("some other runtime error"))
+    assert not is_kernel_fault(ValueError("tp=3 cannot shard"))
+    assert not is_kernel_fault(TimeoutError("a timeout raised by the notebook's code"))
