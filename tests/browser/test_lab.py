@@ -45,6 +45,8 @@ def test_run_all_then_change_an_explorer_input(browser, lab):
 
 
 def _run_all_and_change_an_input(page, lab):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     _open_lab(page, lab, NOTEBOOK)
     page.locator(".jp-Notebook").first.click()
     page.keyboard.press("Escape")
@@ -69,9 +71,20 @@ def _run_all_and_change_an_input(page, lab):
     # move the M slider one step with the keyboard: M 1 -> 2 doubles the GEMM's intensity
     slider = explorer.locator(".widget-slider .ui-slider-handle, .widget-slider [role='slider']").first
     slider.evaluate("e => e.scrollIntoView({block: 'center'})")
-    slider.focus()
-    slider.press("ArrowRight")
-    flops, nbytes = roofline.gemm_flops_bytes(2, 28672, 8192)
+    # the figure's legend names the GEMM the explorer drew ("GEMM Mx28672x8192"): press until it
+    # shows an M above 1 (a key press can be lost while Lab re-renders under load, so at most
+    # three presses), then expect the table's intensity for that M as lib computes it
+    drawn_m = "() => Math.max(0, ...[...document.querySelectorAll('.widget-vbox svg text')].map(t => (t.textContent.match(/GEMM (\\d+)x28672x8192/) || [0, 0])[1] * 1))"
+    for _ in range(3):
+        slider.focus()
+        slider.press("ArrowRight")
+        try:
+            page.wait_for_function(f"() => ({drawn_m})() >= 2", timeout=10000)
+            break
+        except PlaywrightTimeout:
+            continue
+    m = page.evaluate(drawn_m)
+    flops, nbytes = roofline.gemm_flops_bytes(max(m, 2), 28672, 8192)
     want = sig(flops / nbytes)
     page.wait_for_function(
         "([sel, want]) => [...document.querySelectorAll(sel)].some(t => t.innerText.includes(want + ' FLOP/byte'))",
