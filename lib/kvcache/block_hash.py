@@ -23,11 +23,6 @@ from lib.kvcache.radix_scenarios import PrefixIds
 from lib.perf.roofline import kv_shard_fraction
 from lib.registry.models import Model, model
 
-# ---- validation helpers ------------------------------------------------------------------
-
-
-
-
 # ---- block caches: provenance oracle, hashes, collisions ---------------------------------------
 
 

@@ -23,11 +23,6 @@ from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
 from lib.units import GB
 
-# ---- validation helpers ------------------------------------------------------------------
-
-
-
-
 # ---- recompute vs fetch: FLOPs and bytes ---------------------------------------------------
 
 
@@ -174,8 +169,6 @@ def available_tiers(chip: str | GPU) -> list[StorageTier]:
 
 
 # ---- recompute vs fetch: time -------------------------------------------------------------------
-
-
 
 
 def _as_tier(tier: str | StorageTier, chip: str | GPU) -> StorageTier:

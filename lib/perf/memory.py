@@ -97,8 +97,6 @@ def fact_source(name: str) -> str:
 # ---- validation ---------------------------------------------------------------------------
 
 
-
-
 def _check_pp(m: Model, pp: int) -> int:
     pp = integer("pp", pp, 1)
     if pp > m.num_layers:

@@ -45,8 +45,6 @@ def default_mfu(mfu: float | None = None) -> float:
     return fraction("mfu", resolve(mfu, "prefill.prefill_mfu"), allow_zero=False)
 
 
-
-
 # ---- the weight-matrix inventory ------------------------------------------------------
 
 

@@ -95,8 +95,6 @@ def gemm_crossover_m(n: int, k: int, chip: str | GPU, dtype: str = "bf16") -> fl
     return r * b * k * n / denom
 
 
-
-
 def kv_shard_fraction(mdl: str | Model, tp: int) -> float:
     """Fraction of the KV cache each TP rank holds: 1/tp while tp <= KV heads, else 1/KV heads.
 
@@ -104,10 +102,7 @@ def kv_shard_fraction(mdl: str | Model, tp: int) -> float:
     every rank (fraction 1).
     """
     m = model(mdl)
-    tp = m.check_tp(tp)
-    if m.is_mla:
-        return 1.0
-    return max(1.0 / tp, 1.0 / m.num_kv_heads)
+    return m.kv_share_per_rank(m.check_tp(tp))
 
 
 def lookup_rows_read(mdl: str | Model, tokens: float) -> float:

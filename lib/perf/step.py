@@ -151,9 +151,7 @@ def kv_read_fraction(dep: Deployment) -> float:
     """Share of each token's KV one GPU reads: 1 / tp up to the KV heads (then 1 / KV heads,
     replicated), 1 for MLA's latent; divided by ``dcp`` when decode context parallelism
     splits the replicated copies."""
-    m = dep.mdl
-    base = 1.0 if m.is_mla else max(1.0 / dep.tp, 1.0 / m.num_kv_heads)
-    return base / dep.dcp
+    return dep.mdl.kv_share_per_rank(dep.tp) / dep.dcp
 
 
 def _layer_kernels(dep: Deployment, batch: int, context: int, moe_layer: bool,
@@ -200,10 +198,10 @@ def _layer_kernels(dep: Deployment, batch: int, context: int, moe_layer: bool,
 
 
 def _collective(dep: Deployment, kind: str, message: float, a: StepAssumptions,
-                n: int | None = None, tag: str = "") -> Kernel:
-    n = dep.tp if n is None else n
+                tag: str = "") -> Kernel:
+    """One collective over the TP group (all-reduces take the assumed algorithm)."""
     algo = a.allreduce_algorithm if kind == "all_reduce" else "ring"
-    c = collectives.collective(kind, message, n, dep.chip, algo)
+    c = collectives.collective(kind, message, dep.tp, dep.chip, algo)
     return Kernel(f"{kind}{'_' + tag if tag else ''}", "collective",
                   collective_latency_s=c.latency_s, collective_bandwidth_s=c.bandwidth_s)
 

@@ -76,6 +76,12 @@ class Model:
             )
         return tp
 
+    def kv_share_per_rank(self, tp: int) -> float:
+        """Fraction of each token's KV one of ``tp`` tensor-parallel ranks holds: 1 / tp up to
+        the KV-head count, then 1 / KV heads (heads replicated); 1 for MLA's single latent.
+        No divisibility check (an even split of any degree): see :meth:`check_tp`."""
+        return 1.0 if self.is_mla else max(1.0 / tp, 1.0 / self.num_kv_heads)
+
     @property
     def gqa_group_size(self) -> float:
         """Query heads per cached KV head (1 = MHA; MLA shares one latent across all heads)."""
