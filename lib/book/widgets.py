@@ -1,8 +1,9 @@
 """Explorers: ipywidgets controls bound to one pure lib function that returns a :class:`View`.
 
 A view function lives in ``lib/explorers/<section>.py`` and registers itself with
-:func:`explorer`, declaring the domain of each input (:class:`Choice`, :class:`IntRange`,
-:class:`FloatRange`). Tests and the benchmark find every explorer through :func:`registry`.
+:func:`explorer`, declaring the domain of each input (:class:`~lib.book.domain.Choice`,
+:class:`~lib.book.domain.IntRange`, :class:`~lib.book.domain.FloatRange`); a notebook's declared
+domain points at these declarations (:mod:`lib.book.domain`). Tests and the benchmark find every explorer through :func:`registry`.
 In a notebook, ``explore("roofline.decode_floor", model=MODEL, ...)`` shows the controls and
 the view; a ``ValueError`` from the function is shown as a plain message, never a traceback.
 ipywidgets is imported only when used; figures are :mod:`lib.book.svgplot` SVG (fast enough to redraw
@@ -18,72 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# ---- input domains ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One of a fixed list of options (a dropdown)."""
-
-    options: tuple
-    label: str = ""
-
-    def valid(self, value) -> bool:
-        return value in self.options
-
-    def describe(self) -> str:
-        return "one of " + ", ".join(map(str, self.options))
-
-    def sample(self, rng) -> object:
-        """A random valid value (``rng`` is a ``random.Random``)."""
-        return rng.choice(self.options)
-
-
-@dataclass(frozen=True)
-class IntRange:
-    """An integer in [low, high] (a slider; ``log=True`` steps through powers of two)."""
-
-    low: int
-    high: int
-    label: str = ""
-    log: bool = False
-
-    def valid(self, value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
-
-    def describe(self) -> str:
-        return f"an integer from {self.low} to {self.high}"
-
-    def powers_of_two(self) -> list[int]:
-        """The values a log slider offers: powers of two inside [low, high] (or low itself)."""
-        return [2**i for i in range(64) if self.low <= 2**i <= self.high] or [self.low]
-
-    def sample(self, rng) -> int:
-        """A random valid value (``rng`` is a ``random.Random``)."""
-        return rng.choice(self.powers_of_two()) if self.log else rng.randint(self.low, self.high)
-
-
-@dataclass(frozen=True)
-class FloatRange:
-    """A real number in [low, high] (a slider)."""
-
-    low: float
-    high: float
-    step: float = 0.01
-    label: str = ""
-
-    def valid(self, value) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool) and self.low <= value <= self.high
-
-    def describe(self) -> str:
-        return f"a number from {self.low} to {self.high}"
-
-    def sample(self, rng) -> float:
-        """A random valid value (``rng`` is a ``random.Random``)."""
-        return rng.uniform(self.low, self.high)
-
-
-Domain = Choice | IntRange | FloatRange
+from lib.book.domain import Choice, Domain, FloatRange, IntRange  # noqa: F401  (explorers import them from here)
 
 # ---- what a view function returns -----------------------------------------------------
 
@@ -222,6 +158,10 @@ def explore(name: str, **initial):
     missing = set(exp.domains) - set(initial)
     if missing:
         raise ValueError(f"explore({name!r}) needs initial values for {sorted(missing)}")
+    outside = [f"{dom.label or arg} must be {dom.describe()}; got {initial[arg]!r}"
+               for arg, dom in exp.domains.items() if not dom.valid(initial[arg])]
+    if outside:  # no control can show this value: say so rather than clamp it or raise a TraitError
+        return ErrorView("the explorer cannot start from this page's parameters: " + "; ".join(outside))
     controls = {arg: _widget(arg, dom, initial[arg]) for arg, dom in exp.domains.items()}
     out = w.Output()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -80,7 +81,10 @@ def test_anatomy(path):
                 f"{_src(cell).splitlines()[0]!r} must open collapsed in JupyterLab (run ./book execute)"
     checks = code[-1]
     assert "remove-cell" in _tags(checks), "the last code cell is the checks cell, tagged remove-cell"
-    assert len(re.findall(r"^\s*assert\b", _src(checks), re.M)) >= 2, "checks cell must assert at least twice"
+    src = _src(checks)
+    assert re.search(r"\bChecks\(headlines=\(?[\"']", src), "the checks cell builds Checks(headlines=(...)) (lib.book.verify)"
+    assert re.search(r"\.done\(\)\s*$", src), "the checks cell ends with checks.done()"
+    assert re.search(r"\.(anchor|independent)\(", src), "the checks cell needs an anchor or an independent method"
 
 
 def _glued_names(cells: list[dict]) -> set[str]:
@@ -109,7 +113,7 @@ def test_outputs_stored_without_errors(path):
             assert out["output_type"] != "error", f"error output in cell: {_src(c)[:80]}"
             assert "Traceback" not in "".join(out.get("text", "")), "traceback printed in a cell"
     assert "widgets" in nb["metadata"], "widget state not stored: run ./book execute"
-    assert "all checks passed" in "".join("".join(o.get("text", "")) for o in code[-1].get("outputs", []))
+    assert re.search(r"all \d+ checks passed", "".join("".join(o.get("text", "")) for o in code[-1].get("outputs", [])))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
@@ -151,3 +155,73 @@ def test_each_glue_name_is_glued_once(path):
     names = [n for n in names if n is not None]
     dupes = sorted({n for n in names if names.count(n) > 1})
     assert not dupes, f"glued more than once: {dupes}"
+
+
+# ---- declared domains and variants -----------------------------------------------------------
+
+
+def _parameter_names(cell: dict) -> list[str]:
+    names = []
+    for node in ast.parse(_src(cell)).body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                elts = target.elts if isinstance(target, ast.Tuple) else [target]
+                names += [e.id for e in elts if isinstance(e, ast.Name)]
+    return names
+
+
+def _explore_inputs(code: list[dict]) -> tuple[str | None, dict[str, str]]:
+    """The explorer a notebook starts and {explorer input: parameter} for inputs passed a bare parameter."""
+    for cell in code:
+        for node in ast.walk(ast.parse(_src(cell))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "explore":
+                passed = {k.arg: k.value.id for k in node.keywords if isinstance(k.value, ast.Name)}
+                return node.args[0].value, passed
+    return None, {}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_domain_declared_and_one_with_the_explorer(path):
+    from lib.book.domain import notebook_domain
+    from lib.book.widgets import get
+    from tools.variants import defaults
+
+    nb = _nb(path)
+    meta = nb["metadata"]["interview"]
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    params = next(c for c in code if "parameters" in _tags(c))
+    names = _parameter_names(params)
+    domain = notebook_domain(path.stem)
+    assert sorted(domain) == sorted(names), \
+        f"interview.domain must declare exactly the parameters: missing {sorted(set(names) - set(domain))}, " \
+        f"extra {sorted(set(domain) - set(names))}"
+    values = defaults(path)
+    outside = {n: values[n] for n in names if n in values and not domain[n].valid(values[n])}
+    assert not outside, f"defaults outside the declared domain: {outside}"
+    following = code[code.index(params) + 1]
+    assert f'accept_parameters("{path.stem}", globals())' in _src(following), \
+        "the cell after the parameters must call accept_parameters(<slug>, globals())"
+    name, passed = _explore_inputs(code)
+    assert meta.get("explorer") == name, f"interview.explorer must name the explorer the page starts ({name})"
+    exp = get(name)
+    for arg, param in passed.items():
+        if param in domain:
+            assert domain[param].within(exp.domains[arg]), \
+                f"{param}'s domain is wider than explorer input {arg!r} ({exp.domains[arg].describe()}): " \
+                f"declare it \"explorer:{arg}\" or narrow it"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_two_variants_inside_the_domain(path):
+    from lib.book.domain import declared_variants, notebook_domain
+    from tools.variants import defaults
+
+    variants = declared_variants(path.stem)
+    assert len(variants) >= 2, "interview.variants needs at least two parameter sets far from the defaults"
+    domain, base = notebook_domain(path.stem), defaults(path)
+    for v in variants:
+        assert set(v) <= set(domain), f"variant {v} sets undeclared parameters"
+        bad = {k: x for k, x in v.items() if not domain[k].valid(x)}
+        assert not bad, f"variant {v}: outside the domain: {bad}"
+        assert any(base.get(k) != x for k, x in v.items()), f"variant {v} is the defaults"
+    assert len({json.dumps(v, sort_keys=True) for v in variants}) == len(variants), "duplicate variants"
