@@ -32,3 +32,16 @@ def test_question_page_folds_the_answer_and_links_to_lab(page, book_url):
     link = page.locator("a.open-live-link")
     assert link.get_attribute("href").endswith("/lab/tree/chapters/01-roofline/decode-weight-floor.ipynb")
     assert page.locator(".jupyter-widgets").count() > 0, "the explorer's stored widget state did not render"
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_one_search_box_and_no_repeated_titles_in_the_sidebar(page, book_url, width):
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(f"{book_url}/chapters/01-roofline/ridge-point.html", wait_until="networkidle")
+    boxes = [b for b in page.locator("button.search-button__button").all() if b.is_visible()]
+    assert len(boxes) == 1, f"{len(boxes)} search boxes visible at {width} px"
+    titles = [t.strip() for t in page.locator(".bd-sidebar-primary nav").locator("p.caption, a.reference").all_text_contents()]
+    repeated = [a for a, b in zip(titles, titles[1:], strict=False) if a == b]
+    assert titles and not repeated, f"the sidebar repeats {repeated}"
+    book_title = page.locator(".navbar-brand").first.text_content().strip()
+    assert titles.count(book_title) == 0, "the sidebar lists the book's title besides its logo"
