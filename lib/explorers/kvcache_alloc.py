@@ -1,9 +1,10 @@
 """Explorers for the paged-allocator questions (I085, I095, I015, I011).
 
-* ``kvcache.block_allocator_ops``: step a small pool through up to six chosen operations and see
-  block tables, refcounts, the free list and both oracles after each one.
-* ``kvcache.defect_replay``: replay a shrunk (or seeded random) program on a defective allocator
-  and see which oracle fires at which operation.
+* ``kvcache.block_allocator_ops``: step a small pool through a typed program (``parse_op`` syntax;
+  :func:`run_typed_program` takes any) or up to six menu operations and see block tables,
+  refcounts, the free list and both oracles; a program that runs out midway reads as partial.
+* ``kvcache.defect_replay``: replay a shrunk (or seeded random) program on one of the defect
+  hunt's allocators (neutral names until the reveal) and see which oracle fires at which operation.
 * ``kvcache.block_sharing``: blocks with and without sharing for parallel sampling, beam search
   or a shared system prompt, with the copy-on-write copies and bytes for a real model.
 * ``kvcache.paged_waste``: waste per sequence (bound, closed form, simulation) against contiguous
@@ -20,7 +21,6 @@ from lib.book.svgplot import Rectangle, subplots
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.kvcache import (
     BlockAllocator,
-    DefectiveAllocator,
     NaiveCowAllocator,
     Op,
     OutOfBlocks,
@@ -30,6 +30,7 @@ from lib.kvcache import (
 from lib.kvcache import allocator_grading as ag
 from lib.kvcache import block_sharing as bs
 from lib.kvcache import paged_waste as pw
+from lib.kvcache.allocator_practice import HUNT_NAMES, hunt_allocator
 from lib.registry import models
 from lib.units import fmt_bytes, fmt_pct, sig
 
@@ -103,11 +104,91 @@ def _apply_named_op(alloc: BlockAllocator, shadow: dict, text: str, prompt: int)
     return f"{rest} freed; back on the free list: {released}"
 
 
+MENU = "ops 1-6 below"
+#: Typed programs (parse_op syntax, ops separated by "; "): the cases the copy-on-write drafts get
+#: wrong, and a pool that runs out in the middle of a program (a partial failure).
+PROGRAMS = (
+    MENU,
+    "allocate(seq=0, tokens=[0, 1, 2, 3, 4]); fork(parent=0, child=1); append(seq=0, token=7); "
+    "append(seq=1, token=8)",
+    "allocate(seq=0, tokens=[0, 1, 2, 3, 4]); fork(parent=0, child=1); append(seq=1, token=7); "
+    "append(seq=1, token=8); free(seq=1); free(seq=0)",
+    "allocate(seq=0, tokens=[0, 1, 2, 3]); fork(parent=0, child=1); append(seq=0, token=7); "
+    "append(seq=1, token=8)",
+    "allocate(seq=0, tokens=[0, 1, 2]); append(seq=0, token=3); append(seq=0, token=4); "
+    "append(seq=0, token=5); append(seq=0, token=6)",
+    "allocate(seq=0, tokens=[0, 1, 2, 3, 4]); allocate(seq=1, tokens=[0, 1, 2, 3, 4, 5, 6, 7, 8])",
+    "allocate(seq=0, tokens=[0]); free(seq=0); free(seq=0)",
+)
+
+
+def parse_program(program) -> list[Op]:
+    """Typed ops from text (``parse_op`` syntax, separated by ";" or new lines) or a list of them."""
+    items = program if isinstance(program, list | tuple) else str(program).replace("\n", ";").split(";")
+    ops = [item if isinstance(item, Op) else ag.parse_op(item) for item in items if str(item).strip()]
+    if not ops:
+        raise ValueError("the program is empty: type ops such as allocate(seq=0, tokens=[0, 1])")
+    return ops
+
+
+def run_typed_program(alloc, program) -> tuple[list[tuple[str, str]], dict]:
+    """Apply a typed program op by op; (rows of op -> outcome, shadow of what each live sequence wrote).
+
+    Each op is all or nothing; when one is refused the program goes on, and the last row says how
+    many ops took effect, so a program that fails midway reads as partial, never as "nothing
+    changed".
+    """
+    ops, shadow, rows, applied = parse_program(program), {}, [], 0
+    for i, op in enumerate(ops, 1):
+        before = {s: alloc.block_table(s) for s in shadow}
+        try:
+            if op.kind == "free" and op.seq not in shadow:
+                alloc.free(op.seq)
+                outcome = "accepted a free of a sequence that is not live (should raise)"
+            else:
+                snapshot = {s: list(t) for s, t in shadow.items()}
+                state = _pool_state(alloc, shadow)
+                op.apply(alloc, shadow)
+                if shadow == snapshot and op.kind != "free":
+                    outcome = ("OutOfBlocks: this op changed nothing" if _pool_state(alloc, shadow) == state
+                               else "OutOfBlocks, yet the free list or refcounts changed (not all or nothing)")
+                else:
+                    applied += 1
+                    outcome = _describe_effect(alloc, op, before)
+        except ValueError as err:
+            outcome = f"rejected: {err}"
+        rows.append((f"{i}. {op}", outcome))
+    verdict = "all applied" if applied == len(ops) else f"partial: {applied} of {len(ops)} ops took effect"
+    rows.append(("program", verdict))
+    return rows, shadow
+
+
+def _pool_state(alloc, shadow: dict) -> tuple:
+    refs = tuple(alloc.refcount(b) for b in range(alloc.num_blocks))
+    return tuple(alloc.free_block_ids()), refs, {s: tuple(alloc.block_table(s)) for s in shadow}
+
+
+def _describe_effect(alloc, op: Op, before: dict) -> str:
+    if op.kind == "allocate":
+        return f"seq {op.seq} gets blocks {alloc.block_table(op.seq)}"
+    if op.kind == "fork":
+        return f"seq {op.arg} shares blocks {alloc.block_table(op.arg)} (no copy)"
+    if op.kind == "free":
+        return f"seq {op.seq} freed; free list now {alloc.free_block_ids()}"
+    old, new = before[op.seq], alloc.block_table(op.seq)
+    if len(new) > len(old):
+        return f"new block {new[-1]}"
+    if new[-1:] != old[-1:]:
+        return f"copy-on-write block {old[-1]} -> {new[-1]}"
+    return f"in place (block {new[-1]})"
+
+
 @explorer(
     "kvcache.block_allocator_ops",
     allocator=Choice(tuple(ALLOCATORS), label="allocator"),
     num_blocks=IntRange(2, 12, label="blocks in the pool"),
     block_size=IntRange(1, 8, label="tokens per block"),
+    program=Choice(PROGRAMS, label="program"),
     prompt_tokens=IntRange(0, 24, label="prompt tokens (allocate)"),
     op1=Choice(OPS, label="op 1"),
     op2=Choice(OPS, label="op 2"),
@@ -127,11 +208,17 @@ def block_allocator_ops(
     op4: str,
     op5: str,
     op6: str,
+    program: str = MENU,
 ) -> View:
-    """I085: run the chosen operations on a fresh pool; show each outcome and the final state."""
+    """I085: run a typed program (or the chosen menu operations) on a fresh pool; show each
+    outcome and the final state. ``program`` may be any text in ``parse_op`` syntax when called
+    directly (the dropdown offers a few)."""
     if allocator not in ALLOCATORS:
         raise ValueError(f"allocator must be one of {', '.join(ALLOCATORS)}")
     alloc = ALLOCATORS[allocator](num_blocks, block_size)
+    if program != MENU:
+        rows, shadow = run_typed_program(alloc, program)
+        return _allocator_view(alloc, shadow, rows, allocator, num_blocks, block_size)
     shadow: dict[str, list[int]] = {}
     rows = []
     for i, text in enumerate((op1, op2, op3, op4, op5, op6), start=1):
@@ -146,6 +233,11 @@ def block_allocator_ops(
         except ValueError as err:
             outcome = f"rejected: {err}"
         rows.append((f"{i}. {text}", outcome))
+    return _allocator_view(alloc, shadow, rows, allocator, num_blocks, block_size)
+
+
+def _allocator_view(alloc, shadow: dict, rows: list, allocator: str, num_blocks: int, block_size: int) -> View:
+    """The final block tables, refcounts, free list, both oracles, and the pool drawn block by block."""
     for seq in alloc.seq_ids():
         rows.append(
             (f"{seq}: block table", f"{alloc.block_table(seq)} ({alloc.num_tokens(seq)} tokens)")
@@ -180,7 +272,7 @@ def block_allocator_ops(
                 "red" if ref != len(holders.get(block, [])) else "k",
             )
         )
-        slots = alloc._slots[block]  # read-only peek at the payload, to draw what is stored
+        slots = alloc.read_block(block)
         shown = [str(t) if t is not None else "." for t in slots]
         ax.text(block + 0.5, 0.62, "\n".join(_chunks(shown)), ha="center", va="center", fontsize=6)
         ax.text(block + 0.5, -0.15, f"#{block}\nrc={ref}", ha="center", va="top", fontsize=7)
@@ -216,15 +308,10 @@ def _chunks(items: list[str], width: int = 2) -> list[str]:
 
 # ---- I095: replay a program on a defective allocator --------------------------------------------
 
-VARIANTS = {
-    "fixed": {},
-    "leak on failed allocation": {"leak_on_failed_allocation": True},
-    "alias copied payload": {"alias_copied_payload": True},
-    "both defects": {"leak_on_failed_allocation": True, "alias_copied_payload": True},
-}
+VARIANTS = HUNT_NAMES  # neutral names: what each gets wrong is the defect hunt's answer
 SHRUNK = {
-    "shrunk leak program": [Op("allocate", 0, tuple(range(5))), Op("allocate", 1, tuple(range(9)))],
-    "shrunk alias program": [
+    "shrunk capacity program": [Op("allocate", 0, tuple(range(5))), Op("allocate", 1, tuple(range(9)))],
+    "shrunk sibling-token program": [
         Op("allocate", 0, (0,)),
         Op("fork", 0, 1),
         Op("append", 0, 0),
@@ -248,7 +335,7 @@ def defect_replay(
     """I095: apply a program op by op; both oracles after every op; free + used over time."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}")
-    alloc = DefectiveAllocator(num_blocks, block_size, **VARIANTS[variant])
+    alloc = hunt_allocator(variant, num_blocks, block_size)
     shadow: dict = {}
     rows, free_used = [], [(alloc.num_free_blocks, alloc.num_used_blocks)]
     first = {"ownership": None, "content": None}

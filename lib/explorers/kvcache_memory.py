@@ -13,11 +13,12 @@ from lib.perf import memory as mem
 from lib.perf import prefill as pf
 from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
+from lib.registry.dtypes import bytes_per_element
 from lib.units import GiB, fmt_bytes, fmt_pct, fmt_time, sig
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())
-KV_DTYPES = ("bf16", "fp8")
+KV_DTYPES = ("bf16", "fp16", "fp8")
 WEIGHT_DTYPES = ("bf16", "fp8")
 COLORS = {
     mem.MEASURED: "#4c72b0",
@@ -40,7 +41,7 @@ def _compute_dtype(weight_dtype: str) -> str:
     model=Choice(MODELS),
     kv_dtype=Choice(KV_DTYPES, label="KV cache"),
     weight_dtype=Choice(WEIGHT_DTYPES, label="weights"),
-    context=IntRange(1, 262144, label="context tokens"),
+    context=IntRange(1, 1048576, label="context tokens"),
 )
 def kv_per_sequence(model: str, kv_dtype: str, weight_dtype: str, context: int) -> View:
     """N036: one sequence's KV cache against the model's weights, and the query-heads mistake."""
@@ -50,7 +51,7 @@ def kv_per_sequence(model: str, kv_dtype: str, weight_dtype: str, context: int) 
     weights = m.weight_bytes(weight_dtype)
     wrong_heads = m.num_attention_heads
     wrong = context * mem.kv_bytes_per_token_formula(
-        m.num_layers, wrong_heads, m.head_dim, 2.0 if kv_dtype == "bf16" else 1.0
+        m.num_layers, wrong_heads, m.head_dim, bytes_per_element(kv_dtype)
     )
     xs = np.unique(np.geomspace(1024, max(2 * context, 262144), 40).astype(int))
     fig, ax = _figure(6.0, 3.0)
@@ -322,34 +323,55 @@ def _try_deployment(mdl, gpu, n, tp, weight_dtype, kv_dtype, **kw):
         return None
 
 
+GQA_MODELS = tuple(k for k in MODELS if not models.model(k).is_mla)
+MLA_MODELS = tuple(k for k in MODELS if models.model(k).is_mla)
+
+
 @explorer(
     "kvcache.gqa_vs_mla",
     gpu=Choice(GPUS),
     n_gpus=IntRange(1, 64, log=True, label="GPUs"),
-    gqa_weight_dtype=Choice(WEIGHT_DTYPES, label="Llama 3.1 70B weights"),
-    mla_weight_dtype=Choice(WEIGHT_DTYPES, label="DeepSeek-V3 weights"),
+    tp=IntRange(1, 64, log=True, label="tensor parallel"),
+    gqa_model=Choice(GQA_MODELS, label="GQA model"),
+    mla_model=Choice(MLA_MODELS, label="MLA model"),
+    gqa_weight_dtype=Choice(WEIGHT_DTYPES, label="GQA model weights"),
+    mla_weight_dtype=Choice(WEIGHT_DTYPES, label="MLA model weights"),
     kv_dtype=Choice(KV_DTYPES, label="KV cache"),
     context=IntRange(1024, 1048576, label="context per sequence"),
 )
 def gqa_vs_mla(
-    gpu: str, n_gpus: int, gqa_weight_dtype: str, mla_weight_dtype: str, kv_dtype: str, context: int
+    gpu: str,
+    n_gpus: int,
+    tp: int,
+    gqa_model: str,
+    mla_model: str,
+    gqa_weight_dtype: str,
+    mla_weight_dtype: str,
+    kv_dtype: str,
+    context: int,
 ) -> View:
-    """I017: Llama 3.1 70B (GQA) vs DeepSeek-V3 (MLA) on n GPUs: TP, TP + DCP, DP attention."""
+    """I017: a GQA model vs an MLA model on n GPUs as n / tp replicas: TP, TP + DCP, DP attention."""
+    if n_gpus % tp:
+        raise ValueError(f"tensor parallel {tp} must divide the {n_gpus} GPUs")
     layouts = (("TP", {}), ("TP + DCP", {"dcp": "max"}), ("DP attention", {"dp_attention": True}))
     fig, ax = _figure(6.0, 2.8)
     rows, values = [], {}
     width = 0.38
-    for j, (key, wdt) in enumerate(
-        (("llama-3.1-70b", gqa_weight_dtype), ("deepseek-v3", mla_weight_dtype))
-    ):
+    for j, (key, wdt) in enumerate(((gqa_model, gqa_weight_dtype), (mla_model, mla_weight_dtype))):
         m = models.model(key)
         rows.append((f"{key} KV per token", fmt_bytes(m.kv_bytes_per_token(kv_dtype), "KB")))
         heights = []
         for name, kw in layouts:
             kw = dict(kw)
+            if m.num_attention_heads % tp:
+                rows.append(
+                    (f"{key}, {name}", f"TP{tp} does not divide its {m.num_attention_heads} heads")
+                )
+                heights.append(0)
+                continue
             if kw.get("dcp") == "max":
-                kw["dcp"] = mem.max_dcp(m, n_gpus) if m.num_attention_heads % n_gpus == 0 else 1
-            d = _try_deployment(m, gpu, n_gpus, n_gpus, wdt, kv_dtype, **kw)
+                kw["dcp"] = mem.max_dcp(m, tp)
+            d = _try_deployment(m, gpu, n_gpus, tp, wdt, kv_dtype, **kw)
             if d is None:
                 rows.append((f"{key}, {name}", "does not fit"))
                 heights.append(0)
@@ -361,7 +383,7 @@ def gqa_vs_mla(
                 (
                     f"{key}, {name}",
                     f"{fmt_bytes(d.placement.bytes_per_token_per_gpu, 'KB')}/token/GPU, "
-                    f"{d.tokens_per_replica:,} tokens, {seqs} seqs, "
+                    f"{d.tokens_total:,} tokens, {seqs} seqs, "
                     f"{fmt_bytes(d.wasted_bytes_total)} duplicated",
                 )
             )
@@ -369,7 +391,7 @@ def gqa_vs_mla(
     ax.set_xticks(np.arange(3), [n for n, _ in layouts])
     ax.set_ylabel(f"sequences of {context:,} tokens")
     ax.legend(fontsize=7)
-    return View(f"{n_gpus}x {gpu}, KV in {kv_dtype}", rows, fig, values=values)
+    return View(f"{n_gpus}x {gpu} at TP{tp}, KV in {kv_dtype}", rows, fig, values=values)
 
 
 @explorer(

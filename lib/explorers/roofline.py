@@ -99,10 +99,13 @@ def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, kv_dtype: str, 
                       mfu: float) -> View:
     """I003: where prefill turns compute-bound, and the TTFT of a prompt."""
     m, g = models.model(model), hardware.gpu(gpu)
+    if prompt_len > m.max_position_embeddings:
+        raise ValueError(f"prompt_len must be at most {m.key}'s {m.max_position_embeddings:,}-token window")
     fits, per_gpu = rf.fits_in_memory(m, g, tp, dtype, prompt_len * m.kv_bytes_per_token(kv_dtype))
     if not fits:
         raise ValueError(f"{m.key} in {dtype} with a {kv_dtype} KV cache needs {fmt_bytes(per_gpu)} per GPU; "
                          f"{g.key} has {fmt_bytes(g.memory_bytes)}: raise tp or quantize")
+    dep = Deployment(m.key, g.key, tp=tp, weight_dtype=dtype, compute_dtype=dtype, kv_dtype=kv_dtype)
     crossover = rf.prefill_crossover_tokens(m, g, dtype, dtype)  # weight read vs matmuls: no KV term
     lengths = np.unique(np.geomspace(1, max(4 * crossover, 2 * prompt_len), 60).astype(int))
     steps = [rf.prefill(m, g, int(p), tp, 1, dtype, dtype, kv_dtype) for p in lengths]
@@ -119,7 +122,6 @@ def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, kv_dtype: str, 
     ax.legend(fontsize=7)
     step = rf.prefill(m, g, prompt_len, tp, 1, dtype, dtype, kv_dtype)
     floor = max(step.compute_s / mfu, step.memory_s)
-    dep = Deployment(m.key, g.key, tp=tp, weight_dtype=dtype, compute_dtype=dtype, kv_dtype=kv_dtype)
     full = prefill_time(dep, prompt_len, mfu=mfu)  # THE prefill time: the floor plus the TP all-reduces
     rows = [("crossover (peak FLOPs)", f"{sig(crossover)} tokens"),
             ("crossover at this MFU (datasheet bandwidth)", f"{sig(crossover * mfu)} tokens"),

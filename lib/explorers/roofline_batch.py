@@ -55,7 +55,7 @@ def moe_experts(
         )
     # the weights must leave a KV cache in the memory budget (driver-visible memory): Deployment says why not
     Deployment(m, g, tp=gpus, weight_dtype=weight_dtype, compute_dtype=_compute_dtype(weight_dtype, g))
-    cdt = _compute_dtype(weight_dtype)
+    cdt = _compute_dtype(weight_dtype, g)
     e, k = m.num_experts, m.experts_per_token
     pi = moe_cost.zipf_inclusion_probabilities(e, k, skew)
     batches = np.unique(np.geomspace(1, 8192, 40).astype(int))
@@ -137,6 +137,9 @@ def throughput_knee(
 ) -> View:
     """I104: the modelled step's throughput against batch, its knee and ceiling, and the KV ceiling."""
     m, g = models.model(model), hardware.gpu(gpu)
+    if context > m.max_position_embeddings:
+        raise ValueError(f"a context of {context:,} tokens is longer than {model}'s window "
+                         f"({m.max_position_embeddings:,} tokens)")
     dep = Deployment(m, g, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                      compute_dtype=_compute_dtype(weight_dtype, g))
     ceiling = tput.throughput_ceiling(dep, context)
@@ -196,6 +199,7 @@ def throughput_knee(
     gpu=Choice(GPUS),
     tp=IntRange(1, 64, log=True, label="GPUs (tensor parallel)"),
     weight_dtype=Choice(("bf16", "fp8", "int4"), label="weights"),
+    kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
     context=IntRange(1, 131072, label="context tokens per sequence"),
     batch=IntRange(1, 4096, log=True, label="large batch"),
     floor_fraction=FloatRange(0.1, 1.0, 0.05, label="batch-1 power / TDP"),
@@ -205,13 +209,18 @@ def joules_per_token(
     gpu: str,
     tp: int,
     weight_dtype: str,
+    kv_dtype: str,
     context: int,
     batch: int,
     floor_fraction: float,
 ) -> View:
     """I105: J/token = power / throughput, batch 1 against a large batch (the modelled step)."""
     m, g = models.model(model), hardware.gpu(gpu)
-    dep = Deployment(m, g, tp=tp, weight_dtype=weight_dtype, compute_dtype=_compute_dtype(weight_dtype, g))
+    if context > m.max_position_embeddings:
+        raise ValueError(f"a context of {context:,} tokens is longer than {model}'s window "
+                         f"({m.max_position_embeddings:,} tokens)")
+    dep = Deployment(m, g, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                     compute_dtype=_compute_dtype(weight_dtype, g))
     b_max = tput.kv_batch_ceiling(dep, context)
     if b_max < 1:
         raise ValueError(
@@ -250,7 +259,7 @@ def joules_per_token(
     ]
     note = f"batch capped at the KV ceiling ({sig(b_max)})" if batch > b_max else ""
     return View(
-        f"{m.key} on {tp}x {g.key} ({weight_dtype}), {context} tokens of context",
+        f"{m.key} on {tp}x {g.key} ({weight_dtype}, KV {kv_dtype}), {context} tokens of context",
         rows,
         fig,
         note,
@@ -330,18 +339,25 @@ def headline_claim(
     "roofline.generation_regimes",
     model=Choice(MODELS),
     weight_dtype=Choice(("bf16", "fp8", "int4"), label="weights"),
+    kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
+    compute_dtype=Choice(("bf16", "fp8"), label="matmuls"),
     n_gpus=IntRange(1, 64, log=True, label="GPUs per replica"),
     context=IntRange(1, 131072, label="context tokens"),
     prompt_len=IntRange(1, 131072, label="prompt tokens (prefill)"),
 )
 def generation_regimes(
-    model: str, weight_dtype: str, n_gpus: int, context: int, prompt_len: int
+    model: str, weight_dtype: str, kv_dtype: str, compute_dtype: str, n_gpus: int, context: int,
+    prompt_len: int
 ) -> View:
-    """I101: A100 -> H100 -> H200 -> B200, one speedup per regime (per GPU, vs the A100)."""
+    """I101: A100 -> H100 -> H200 -> B200, one speedup per regime (per GPU, vs the oldest that runs)."""
     rows_by_gpu, left_out = [], []
     for g in ds.GENERATIONS:
+        if compute_dtype not in hardware.gpu(g).dtypes:
+            left_out.append(f"{g} (no {compute_dtype} peak)")
+            continue
         try:
-            rows_by_gpu.append(ds.regime_row(model, g, n_gpus, context, prompt_len, weight_dtype))
+            rows_by_gpu.append(ds.regime_row(model, g, n_gpus, context, prompt_len, weight_dtype,
+                                             kv_dtype, compute_dtype))
         except ValueError:
             left_out.append(g)  # the weights leave no room for a KV cache at this GPU count
     if not rows_by_gpu:
@@ -382,7 +398,7 @@ def generation_regimes(
         f"{model} ({weight_dtype}) on {n_gpus} GPUs, {context} tokens of context",
         rows,
         fig,
-        f"left out (weights leave no KV room): {', '.join(left_out)}" if left_out else "",
+        f"left out (no KV room beside the weights, or no such peak): {', '.join(left_out)}" if left_out else "",
         values={f"{r.gpu}_{k}": v for r in rows_by_gpu for k, v in speed[r.gpu].items()},
     )
 

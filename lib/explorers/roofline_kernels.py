@@ -135,6 +135,8 @@ ALLREDUCE = collectives.ALGORITHMS
     allreduce=Choice(ALLREDUCE, label="all-reduce algorithm"),
     gemv_efficiency=FloatRange(0.3, 1.0, 0.01, label="achieved HBM fraction (GEMVs)"),
     scheduler_us=FloatRange(0.0, 5000.0, 10.0, label="scheduler time per step (µs)"),
+    weight_dtype=Choice(("bf16", "fp8", "int4"), label="weights"),
+    kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
 )
 def batch1_gap(
     model: str,
@@ -145,9 +147,11 @@ def batch1_gap(
     allreduce: str,
     gemv_efficiency: float,
     scheduler_us: float,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
 ) -> View:
     """I007: one batch-1 decode step (lib.perf.step) as a trace, sorted into suspects."""
-    dep = Deployment(model, gpu, tp=tp, cuda_graphs=cuda_graphs)
+    dep = Deployment(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, cuda_graphs=cuda_graphs)
     _check_fits(dep, 1, context)
     a = st.step_assumptions(gemv_efficiency=gemv_efficiency, scheduler_s=scheduler_us * US,
                             allreduce_algorithm=allreduce)
@@ -196,6 +200,8 @@ def batch1_gap(
     output_len=IntRange(1, 8192, label="output tokens"),
     allreduce=Choice(ALLREDUCE, label="all-reduce algorithm"),
     clock_fraction=FloatRange(0.5, 1.0, 0.01, label="sustained clock fraction"),
+    weight_dtype=Choice(("bf16", "fp8", "int4"), label="weights"),
+    kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
 )
 def where_it_breaks(
     model: str,
@@ -206,9 +212,11 @@ def where_it_breaks(
     output_len: int,
     allreduce: str,
     clock_fraction: float,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
 ) -> View:
     """I009: the twenty-line plan and what each break adds to its decode step."""
-    dep = Deployment(model, gpu, tp=tp)
+    dep = Deployment(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
     context = prompt_len + output_len // 2
     _check_fits(dep, batch, context)
     a = st.step_assumptions(allreduce_algorithm=allreduce)

@@ -21,18 +21,11 @@ GPUS = tuple(hardware.gpu_names())
 
 def _deployment(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, batch: int,
                 context: int, cuda_graphs: bool = True) -> Deployment:
-    """The validated replica, refused when the batch's KV cache does not fit its memory budget
-    (lib.perf.memory.memory_budget on driver-visible memory)."""
+    """The validated replica, refused when the batch's KV cache does not fit its memory budget or
+    the context passes the model's window (:func:`lib.perf.tp_scaling.require_serves`)."""
     dep = Deployment(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                      cuda_graphs=cuda_graphs)
-    if context > 0:
-        room = dep.budget.max_concurrency(context)
-        if room < batch:
-            raise ValueError(
-                f"{dep.label}: the KV cache holds {sig(room)} sequences of {context:,} tokens, "
-                f"not {batch}: raise tp, shrink batch/context or quantize"
-            )
-    return dep
+    return tps.require_serves(dep, batch, context)
 
 
 @explorer(
@@ -160,6 +153,8 @@ def ffn_cost(
     measured_mbu=FloatRange(0.05, 1.0, 0.01, label="measured MBU"),
     allreduce=Choice(collectives.ALGORITHMS, label="all-reduce"),
     level=Choice(LEVELS, label="assumptions"),
+    weight_dtype=Choice(("bf16", "fp8", "int4"), label="weights"),
+    kv_dtype=Choice(("bf16", "fp8"), label="KV cache"),
 )
 def mbu_diagnosis(
     model: str,
@@ -170,9 +165,11 @@ def mbu_diagnosis(
     measured_mbu: float,
     allreduce: str,
     level: str,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
 ) -> View:
     """I005: the floor from bytes, the measured step it implies, and the gap split into owned buckets."""
-    dep = _deployment(model, gpu, tp, "bf16", "bf16", batch, context)
+    dep = _deployment(model, gpu, tp, weight_dtype, kv_dtype, batch, context)
     step = decode_step(dep, batch, context, step_assumptions(level, allreduce_algorithm=allreduce))
     d = mbu_lib.diagnose(step, measured_mbu)
     fig = mbu_lib.plot_diagnosis(d)

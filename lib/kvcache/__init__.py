@@ -15,6 +15,10 @@
 * :mod:`.radix_scenarios`: radix-tree rendering, scripted scenarios, oracle, defective caches.
 * :mod:`.block_hash`: block-hash cache tools: provenance oracle, weak hashes, collisions.
 * :mod:`.long_context`: where a long-context replica breaks (capacity, TTFT, scheduler), chunk steps.
+* Practice graders (any implementation through a factory, with predictive models as oracles):
+  :mod:`.allocator_practice` (paged allocator, copy-on-write sharing, the defect hunt's fix),
+  :mod:`.radix_practice` (radix prefix cache, hit counter), :mod:`.block_hash_practice`
+  (chained-hash block cache).
 
 Importing this package pulls in numpy only; hypothesis is imported lazily by
 :func:`find_minimal_failure`.

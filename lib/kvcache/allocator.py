@@ -27,7 +27,15 @@ from typing import Literal
 
 from lib.inputs import integer
 
-__all__ = ["BlockAllocator", "CopyEvent", "NaiveCowAllocator", "OutOfBlocks"]
+__all__ = [
+    "PROTOCOL",
+    "BlockAllocator",
+    "CopyEvent",
+    "NaiveCowAllocator",
+    "OutOfBlocks",
+    "read_sequence",
+    "require_protocol",
+]
 
 
 class OutOfBlocks(ValueError):
@@ -41,6 +49,43 @@ class CopyEvent:
     seq_id: Hashable
     src_block: int
     dst_block: int
+
+
+#: What a graded allocator must offer (any class: the grader never needs a BlockAllocator).
+#: Operations: ``allocate(seq_id, tokens)``, ``fork(parent_id, child_id)``,
+#: ``append_token(seq_id, token)``, ``free(seq_id)``, raising
+#: :class:`~lib.kvcache.OutOfBlocks` when the pool is short. Inspection: ``block_table(seq_id)``
+#: (block ids in token order), ``refcount(block)``, ``free_block_ids()``, ``read_block(block)``
+#: (the block's slots as stored), and the attributes ``num_blocks`` and ``block_size``.
+PROTOCOL: tuple[str, ...] = (
+    "allocate",
+    "fork",
+    "append_token",
+    "free",
+    "block_table",
+    "refcount",
+    "free_block_ids",
+    "read_block",
+)
+
+
+def require_protocol(alloc: object, what: str = "factory"):
+    """Return ``alloc`` if it follows :data:`PROTOCOL`, else raise ``ValueError`` naming what lacks."""
+    missing = [m for m in PROTOCOL if not callable(getattr(alloc, m, None))]
+    missing += [a for a in ("num_blocks", "block_size") if not isinstance(getattr(alloc, a, None), int)]
+    if missing:
+        raise ValueError(
+            f"{what} must return an allocator with methods {', '.join(PROTOCOL)} and integer "
+            f"attributes num_blocks, block_size; {type(alloc).__name__} lacks {', '.join(missing)}"
+        )
+    return alloc
+
+
+def read_sequence(alloc, seq_id: Hashable, length: int) -> list:
+    """What ``seq_id`` reads: its first ``length`` slots through its block table and
+    ``read_block`` (the way an attention kernel reads it), not the allocator's own bookkeeping."""
+    flat = [t for b in alloc.block_table(seq_id) for t in alloc.read_block(b)]
+    return flat[:length]
 
 
 def _check_token(token: object) -> int:
@@ -107,6 +152,14 @@ class BlockAllocator:
         """Number of tokens written by ``seq_id``."""
         self._table(seq_id)
         return self._lengths[seq_id]
+
+    def read_block(self, block: int) -> list[int | None]:
+        """The ``block_size`` slots of ``block`` as stored (what a kernel reading it would see).
+
+        Slots never written hold None; a freed block keeps its stale tokens. Graders read a
+        sequence through its block table with this, so they do not trust :meth:`tokens`.
+        """
+        return list(self._slots[integer("block", block, 0, self._num_blocks - 1)])
 
     def tokens(self, seq_id: Hashable) -> list[int]:
         """What ``seq_id`` reads back: its first ``num_tokens`` slots, block by block."""

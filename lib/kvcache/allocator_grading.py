@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lib.inputs import integer, integer_array
-from lib.kvcache import BlockAllocator, Op
+from lib.kvcache import Op
+from lib.kvcache.allocator import read_sequence, require_protocol
 
 # =========================================================================== grading (I085, I095)
 #: The invariants :func:`grade_allocator` checks, by key, with what each one means.
@@ -104,26 +105,38 @@ class GradeReport:
         return "\n".join(lines)
 
 
-def _snapshot(alloc: BlockAllocator) -> tuple:
+def _snapshot(alloc, shadow: dict) -> tuple:
+    """What a failed operation must leave unchanged, read through the protocol only."""
     return (
-        alloc.free_block_ids(),
+        list(alloc.free_block_ids()),
         [alloc.refcount(b) for b in range(alloc.num_blocks)],
-        {s: alloc.block_table(s) for s in alloc.seq_ids()},
-        {s: alloc.tokens(s) for s in alloc.seq_ids()},
+        {s: list(alloc.block_table(s)) for s in shadow},
+        {s: read_sequence(alloc, s, len(shadow[s])) for s in shadow},
     )
 
 
-def _state_problems(alloc: BlockAllocator, shadow: dict) -> dict[str, str]:
-    """The invariants that hold for any state (not tied to the last operation)."""
+def _state_problems(alloc, shadow: dict) -> dict[str, str]:
+    """The invariants that hold for any state (not tied to the last operation).
+
+    Live sequences are the shadow's; holders are counted from their block tables; what a
+    sequence reads comes from its block table and :meth:`read_block`, never from the allocator's
+    own idea of its tokens.
+    """
     problems: dict[str, str] = {}
-    free = alloc.free_block_ids()
+    n = alloc.num_blocks
+    free = list(alloc.free_block_ids())
     free_set = set(free)
     if len(free) != len(free_set):
         doubled = sorted(b for b, c in Counter(free).items() if c > 1)
         problems["no_double_free"] = f"blocks {doubled} are on the free list twice"
-    holders = Counter(b for s in alloc.seq_ids() for b in alloc.block_table(s))
-    for block in range(alloc.num_blocks):
-        count = alloc.refcount(block)
+    stray = sorted(b for b in free_set if not (isinstance(b, int) and 0 <= b < n))
+    if stray:
+        problems["free_or_owned"] = f"free list holds {stray}, which are not block ids 0..{n - 1}"
+    tables = {s: list(alloc.block_table(s)) for s in shadow}
+    holders = Counter(b for table in tables.values() for b in table)
+    refcounts = [alloc.refcount(b) for b in range(n)]
+    for block in range(n):
+        count = refcounts[block]
         if (block in free_set) == (count > 0):
             state = "free and owned" if count else "neither free nor owned (leaked)"
             problems.setdefault("free_or_owned", f"block {block} is {state}")
@@ -132,19 +145,18 @@ def _state_problems(alloc: BlockAllocator, shadow: dict) -> dict[str, str]:
                 "refcount_matches",
                 f"block {block} has refcount {count}, {holders[block]} tables hold it",
             )
-    if alloc.num_free_blocks + alloc.num_used_blocks != alloc.num_blocks:
-        problems["conservation"] = (
-            f"free {alloc.num_free_blocks} + used {alloc.num_used_blocks} != {alloc.num_blocks}"
-        )
+    used = sum(1 for count in refcounts if count > 0)
+    if len(free_set) + used != n:
+        problems["conservation"] = f"free {len(free_set)} + used {used} != {n}"
     for seq, expected in shadow.items():
-        got = alloc.tokens(seq) if seq in alloc.seq_ids() else None
+        got = read_sequence(alloc, seq, len(expected))
         if got != expected:
             problems.setdefault("reads_what_it_wrote", f"seq {seq} reads {got}, wrote {expected}")
     return problems
 
 
 def grade_allocator(
-    factory: Callable[[], BlockAllocator],
+    factory: Callable[[], object],
     *,
     num_programs: int = 200,
     num_ops: int = 20,
@@ -156,16 +168,15 @@ def grade_allocator(
     """Run ``num_programs`` seeded random programs on fresh allocators; tally each invariant.
 
     Each program runs until its first violation (or ``num_ops`` operations). ``factory()`` must
-    return a fresh, empty :class:`~lib.kvcache.BlockAllocator` (or subclass). Prompts are up to
+    return a fresh, empty allocator of any class that follows :data:`PROTOCOL` (the reference
+    :class:`~lib.kvcache.BlockAllocator` does; no subclass is needed). Prompts are up to
     ``max_prompt_tokens`` long (default: the pool's capacity, so OutOfBlocks paths run).
     Deterministic for a given ``seed``.
     """
     n_prog = integer("num_programs", num_programs, 1)
     n_ops = integer("num_ops", num_ops, 1)
     seed = integer("seed", seed, 0)
-    probe = factory()
-    if not isinstance(probe, BlockAllocator):
-        raise ValueError(f"factory must return a BlockAllocator, got {type(probe).__name__}")
+    probe = require_protocol(factory())
     cap = probe.num_blocks * probe.block_size
     max_prompt = (
         cap if max_prompt_tokens is None else integer("max_prompt_tokens", max_prompt_tokens, 0)
@@ -185,7 +196,7 @@ def grade_allocator(
             )
             next_id += op.kind in ("allocate", "fork")
             ops.append(op)
-            problems = _grade_op(alloc, shadow, dead, op, report)
+            problems = grade_op(alloc, shadow, dead, op, report.checks)
             report.ops_run += 1
             if problems:
                 for key, message in problems.items():
@@ -195,67 +206,73 @@ def grade_allocator(
     return report
 
 
-def _grade_op(alloc: BlockAllocator, shadow: dict, dead: list, op: Op, report: GradeReport):
-    """Apply ``op``, mirror it in ``shadow``, and return the invariants it broke."""
-    before = _snapshot(alloc)
+def grade_op(alloc, shadow: dict, dead: list, op: Op, checks: dict | None = None) -> dict[str, str]:
+    """Apply ``op`` to ``alloc``, mirror it in ``shadow``, and return the invariants it broke.
+
+    ``shadow`` maps each live sequence to the tokens it wrote; ``dead`` lists freed ids (a free
+    of one of them must raise ``ValueError`` and change nothing). ``checks`` (invariant ->
+    count), when given, counts the checks made. Every check reads the allocator through
+    :data:`PROTOCOL` only.
+    """
+    checks = checks if checks is not None else dict.fromkeys(INVARIANTS, 0)
+    before = _snapshot(alloc, shadow)
     problems: dict[str, str] = {}
     shared_partial = False
-    if op.kind == "append":
+    if op.kind == "append" and op.seq in shadow:
         table = before[2][op.seq]
-        length = len(before[3][op.seq])
-        shared_partial = length % alloc.block_size != 0 and before[1][table[-1]] > 1
+        others = {b for s, t in before[2].items() if s != op.seq for b in t}
+        shared_partial = len(shadow[op.seq]) % alloc.block_size != 0 and table[-1] in others
+    if op.kind == "free" and op.seq not in shadow:  # a freed (or never allocated) sequence
+        try:
+            alloc.free(op.seq)
+        except (ValueError, KeyError):
+            pass
+        else:
+            problems["no_double_free"] = f"free({op.seq}) of a freed sequence did not raise"
+        checks["no_double_free"] += 1
+        if _snapshot(alloc, shadow) != before:
+            problems.setdefault("no_double_free", f"free({op.seq}) of a freed sequence changed state")
+        return problems
     try:
-        if op.kind == "free" and op.seq in dead:
-            try:
-                alloc.free(op.seq)
-            except ValueError:
-                pass
-            else:
-                problems["no_double_free"] = f"free({op.seq}) of a freed sequence did not raise"
-            report.checks["no_double_free"] += 1
-            if _snapshot(alloc) != before:
-                problems.setdefault(
-                    "no_double_free", f"free({op.seq}) of a freed sequence changed state"
-                )
-            return problems
         op.apply(alloc, shadow)  # swallows OutOfBlocks, leaving shadow unchanged
     except (ValueError, KeyError, IndexError) as err:
-        report.checks["valid_ops_accepted"] += 1
+        checks["valid_ops_accepted"] += 1
         problems["valid_ops_accepted"] = f"{op} raised {type(err).__name__}: {err}"
         return problems
-    report.checks["valid_ops_accepted"] += 1
+    checks["valid_ops_accepted"] += 1
     failed = (
         op.kind in ("allocate", "fork")
         and (op.seq if op.kind == "allocate" else op.arg) not in shadow
     ) or (op.kind == "append" and len(shadow[op.seq]) == len(before[3][op.seq]))
     if failed:  # the operation raised OutOfBlocks inside apply
-        report.checks["all_or_nothing"] += 1
-        if _snapshot(alloc) != before:
+        checks["all_or_nothing"] += 1
+        if _snapshot(alloc, shadow) != before:
             problems["all_or_nothing"] = f"{op} failed with OutOfBlocks but changed the state"
     if op.kind == "free":
         dead.append(op.seq)
     if op.kind == "append" and shared_partial and not failed:
-        report.checks["copy_before_shared_write"] += 1
-        after_table = alloc.block_table(op.seq)
-        others = {s: t for s, t in before[3].items() if s != op.seq}
-        changed = [s for s, t in others.items() if alloc.tokens(s) != t]
-        if after_table[-1] == before[2][op.seq][-1]:
+        checks["copy_before_shared_write"] += 1
+        after_table = list(alloc.block_table(op.seq))
+        changed = [
+            s for s, t in before[3].items() if s != op.seq and read_sequence(alloc, s, len(t)) != t
+        ]
+        if after_table[-1:] == before[2][op.seq][-1:]:
             problems["copy_before_shared_write"] = (
                 f"{op} wrote into shared block {after_table[-1]} in place"
             )
         elif changed:
             problems["copy_before_shared_write"] = f"{op} changed what seq {changed[0]} reads"
     for key in ("free_or_owned", "refcount_matches", "conservation", "reads_what_it_wrote"):
-        report.checks[key] += 1
-    report.checks["no_double_free"] += 1
+        checks[key] += 1
+    checks["no_double_free"] += 1
     for key, message in _state_problems(alloc, shadow).items():
         problems.setdefault(key, message)
     return problems
 
 
 def oracle_failures(
-    factory: Callable[[], BlockAllocator],
-    oracle: Callable[[BlockAllocator, dict], list[str]],
+    factory: Callable[[], object],
+    oracle: Callable[[object, dict], list[str]],
     *,
     num_programs: int = 200,
     num_ops: int = 20,
@@ -272,9 +289,7 @@ def oracle_failures(
     n_prog = integer("num_programs", num_programs, 1)
     n_ops = integer("num_ops", num_ops, 1)
     seed = integer("seed", seed, 0)
-    probe = factory()
-    if not isinstance(probe, BlockAllocator):
-        raise ValueError(f"factory must return a BlockAllocator, got {type(probe).__name__}")
+    probe = require_protocol(factory())
     cap = probe.num_blocks * probe.block_size
     max_prompt = (
         cap if max_prompt_tokens is None else integer("max_prompt_tokens", max_prompt_tokens, 0)
@@ -296,7 +311,7 @@ def oracle_failures(
 
 
 def admission_trace(
-    factory: Callable[[], BlockAllocator], request_tokens: Iterable[int]
+    factory: Callable[[], object], request_tokens: Iterable[int]
 ) -> tuple[np.ndarray, int]:
     """Serve requests FIFO on one allocator, preempting the oldest when the pool is full.
 
@@ -307,9 +322,7 @@ def admission_trace(
     """
     from lib.kvcache import OutOfBlocks
 
-    alloc = factory()
-    if not isinstance(alloc, BlockAllocator):
-        raise ValueError(f"factory must return a BlockAllocator, got {type(alloc).__name__}")
+    alloc = require_protocol(factory())
     lengths = integer_array("request_tokens", list(request_tokens))
     live: list[int] = []
     usable = np.empty(lengths.size, dtype=np.int64)
@@ -325,7 +338,8 @@ def admission_trace(
                     rejected += 1
                     break
                 alloc.free(live.pop(0))
-        usable[i] = alloc.num_free_blocks + alloc.num_used_blocks
+        free = set(alloc.free_block_ids())
+        usable[i] = len(free) + sum(alloc.refcount(b) > 0 for b in range(alloc.num_blocks))
     return usable, rejected
 
 

@@ -96,12 +96,17 @@ class KVProvenanceOracle:
     prefix its KV was computed from. A hit on a block computed from a different prefix is wrong
     KV, whatever the hashes say: KV of block i is a function of tokens 0 .. end of block i.
 
-    Uses only what ``allocate`` returns, never the cache's internals.
+    Uses only what ``allocate`` returns, never the cache's internals, so it watches any block cache
+    whose ``allocate(request_id, tokens)`` returns ``.block_ids`` and ``.num_hit_blocks`` (give
+    ``block_size`` when the cache has no ``block_size`` attribute).
     """
 
-    def __init__(self, cache: PrefixBlockCache) -> None:
-        if not isinstance(cache, PrefixBlockCache):
-            raise ValueError(f"cache must be a PrefixBlockCache, got {type(cache).__name__}")
+    def __init__(self, cache, block_size: int | None = None) -> None:
+        if not all(callable(getattr(cache, m, None)) for m in ("allocate", "free")):
+            raise ValueError(f"cache must be a block cache with allocate() and free(), e.g. a PrefixBlockCache; "
+                             f"got {type(cache).__name__}")
+        size = block_size if block_size is not None else getattr(cache, "block_size", None)
+        self.block_size = integer("block_size", size, 1)
         self.cache = cache
         self.computed_from: dict[int, int] = {}  # block -> id of the prefix its KV came from
         self._ids = PrefixIds()
@@ -113,7 +118,7 @@ class KVProvenanceOracle:
         """Allocate through the cache; check every hit block's provenance; record fresh ones."""
         tokens = tuple(tokens)
         alloc = self.cache.allocate(request_id, tokens)
-        ids = self._ids.of(tokens, self.cache.block_size)
+        ids = self._ids.of(tokens, self.block_size)
         for i, block in enumerate(alloc.block_ids):
             prefix = ids[i]
             if i < alloc.num_hit_blocks:

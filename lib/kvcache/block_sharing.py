@@ -12,6 +12,7 @@ import numpy as np
 
 from lib.inputs import integer, integer_array, real
 from lib.kvcache import BlockAllocator
+from lib.kvcache.allocator import read_sequence, require_protocol
 
 
 def _scalar_or_array(values: object):
@@ -214,6 +215,20 @@ def beam_search_blocks(
 
 
 # ------------------------------------------------------------------ replays on the real allocator
+def _used_blocks(alloc) -> int:
+    """Blocks not on the free list (read through the allocator protocol)."""
+    return alloc.num_blocks - len(set(alloc.free_block_ids()))
+
+
+def _append_counting_copy(alloc, seq, token, length: int) -> int:
+    """Append ``token`` to ``seq`` (which holds ``length`` tokens); 1 if its partly filled last
+    block moved to another block id (a copy-on-write), else 0. Black-box: no copy log needed."""
+    partial = length % alloc.block_size != 0
+    last = alloc.block_table(seq)[-1] if partial else None
+    alloc.append_token(seq, token)
+    return int(partial and alloc.block_table(seq)[-1] != last)
+
+
 @dataclass(frozen=True)
 class ReplayCount:
     """What the real allocator reports after a replay: blocks in use (per step) and copies."""
@@ -233,7 +248,7 @@ def replay_parallel_sampling(
     output_tokens: int,
     num_samples: int,
     block_size: int,
-    allocator_factory: Callable[[int, int], BlockAllocator] = BlockAllocator,
+    allocator_factory: Callable[[int, int], object] = BlockAllocator,
 ) -> ReplayCount:
     """Drive an allocator: allocate the prompt, fork ``n - 1`` samples, append ``G`` tokens each.
 
@@ -244,18 +259,18 @@ def replay_parallel_sampling(
     g = integer("output_tokens", output_tokens, 0)
     n = integer("num_samples", num_samples, 1)
     b = integer("block_size", block_size, 1)
-    alloc = allocator_factory(n * (-(-(p + g) // b)) + n, b)
+    alloc = require_protocol(allocator_factory(n * (-(-(p + g) // b)) + n, b), "allocator_factory")
     prompt = [t % 50_000 for t in range(p)]
     alloc.allocate(0, prompt)
     for i in range(1, n):
         alloc.fork(0, i)
-    used = [alloc.num_used_blocks]
-    for _ in range(g):
+    used, copies = [_used_blocks(alloc)], 0
+    for step in range(g):
         for i in range(n):
-            alloc.append_token(i, i)
-        used.append(alloc.num_used_blocks)
-    ok = all(alloc.tokens(i) == prompt + [i] * g for i in range(n))
-    return ReplayCount(tuple(used), len(alloc.copy_events), ok)
+            copies += _append_counting_copy(alloc, i, i, p + step)
+        used.append(_used_blocks(alloc))
+    ok = all(read_sequence(alloc, i, p + g) == prompt + [i] * g for i in range(n))
+    return ReplayCount(tuple(used), copies, ok)
 
 
 def replay_shared_prefix(
@@ -264,7 +279,7 @@ def replay_shared_prefix(
     output_tokens: int,
     num_requests: int,
     block_size: int,
-    allocator_factory: Callable[[int, int], BlockAllocator] = BlockAllocator,
+    allocator_factory: Callable[[int, int], object] = BlockAllocator,
 ) -> ReplayCount:
     """Drive an allocator: cache an ``S``-token prefix, then ``N`` requests fork it and write.
 
@@ -276,26 +291,28 @@ def replay_shared_prefix(
     g = integer("output_tokens", output_tokens, 0)
     n = integer("num_requests", num_requests, 1)
     b = integer("block_size", block_size, 1)
-    alloc = allocator_factory(-(-s // b) + n * (-(-(s + u + g) // b)) + n, b)
+    alloc = require_protocol(
+        allocator_factory(-(-s // b) + n * (-(-(s + u + g) // b)) + n, b), "allocator_factory"
+    )
     prefix = [t % 50_000 for t in range(s)]
     alloc.allocate("prefix", prefix)
-    used = [alloc.num_used_blocks]
+    used, copies = [_used_blocks(alloc)], 0
     for j in range(n):
         alloc.fork("prefix", j)
-        for _ in range(u + g):
-            alloc.append_token(j, j)
-        used.append(alloc.num_used_blocks)
-    ok = alloc.tokens("prefix") == prefix and all(
-        alloc.tokens(j) == prefix + [j] * (u + g) for j in range(n)
+        for k in range(u + g):
+            copies += _append_counting_copy(alloc, j, j, s + k)
+        used.append(_used_blocks(alloc))
+    ok = read_sequence(alloc, "prefix", s) == prefix and all(
+        read_sequence(alloc, j, s + u + g) == prefix + [j] * (u + g) for j in range(n)
     )
-    return ReplayCount(tuple(used), len(alloc.copy_events), ok)
+    return ReplayCount(tuple(used), copies, ok)
 
 
 def replay_beam_search(
     prompt_tokens: int,
     parents,
     block_size: int,
-    allocator_factory: Callable[[int, int], BlockAllocator] = BlockAllocator,
+    allocator_factory: Callable[[int, int], object] = BlockAllocator,
 ) -> ReplayCount:
     """Drive an allocator through a beam-search lineage (see :func:`beam_search_parents`).
 
@@ -307,11 +324,11 @@ def replay_beam_search(
     b = integer("block_size", block_size, 1)
     par = _check_parents(parents)
     total, k = par.shape
-    alloc = allocator_factory(k * (-(-(p + total) // b)) + k + 1, b)
+    alloc = require_protocol(allocator_factory(k * (-(-(p + total) // b)) + k + 1, b), "allocator_factory")
     prompt = [t % 50_000 for t in range(p)]
     alloc.allocate(0, prompt)
-    population, next_id = [0], 1
-    used = [alloc.num_used_blocks]
+    population, next_id, copies = [0], 1, 0
+    used = [_used_blocks(alloc)]
     for step in range(total):
         children: dict[int, list[int]] = {}
         for beam, parent in enumerate(par[step].tolist()):
@@ -327,14 +344,14 @@ def replay_beam_search(
                 new_population[kid], next_id = next_id, next_id + 1
             new_population[kids[-1]] = seq
         for beam, seq in enumerate(new_population):
-            alloc.append_token(seq, beam)
+            copies += _append_counting_copy(alloc, seq, beam, p + step)
         population = new_population
-        used.append(alloc.num_used_blocks)
+        used.append(_used_blocks(alloc))
     ok = True
     for beam, seq in enumerate(population):
         lineage, a = [], beam
         for step in range(total - 1, -1, -1):
             lineage.append(a)
             a = int(par[step][a])
-        ok &= alloc.tokens(seq) == prompt + lineage[::-1]
-    return ReplayCount(tuple(used), len(alloc.copy_events), bool(ok))
+        ok &= read_sequence(alloc, seq, p + total) == prompt + lineage[::-1]
+    return ReplayCount(tuple(used), copies, bool(ok))

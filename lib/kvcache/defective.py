@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from lib.inputs import integer
 
-from .allocator import BlockAllocator, OutOfBlocks
+from .allocator import BlockAllocator, OutOfBlocks, read_sequence, require_protocol
 
 __all__ = [
     "DefectiveAllocator",
@@ -78,21 +78,26 @@ class DefectiveAllocator(BlockAllocator):
 
 
 # --------------------------------------------------------------------------- oracles
-def ownership_oracle(allocator: BlockAllocator, shadow: Shadow) -> list[str]:
+def ownership_oracle(allocator, shadow: Shadow) -> list[str]:
     """Block-accounting violations (empty list = consistent).
 
     Checks: the free list has no duplicates; every block is either free or owned, never both or
-    neither; ``num_free_blocks + num_used_blocks == num_blocks``; each block's refcount equals the
-    number of block tables holding it; the live sequences are exactly those of the shadow model.
+    neither; free + used == ``num_blocks``; each block's refcount equals the number of block
+    tables holding it (the tables of the shadow's live sequences); when the allocator lists its
+    live sequences (``seq_ids()``), they are exactly the shadow's. Reads the allocator through
+    :data:`~lib.kvcache.allocator.PROTOCOL` only, so it grades any class.
     """
     problems = []
-    free = allocator.free_block_ids()
+    free = list(allocator.free_block_ids())
     if len(free) != len(set(free)):
         doubled = sorted(b for b, n in Counter(free).items() if n > 1)
         problems.append(f"blocks {doubled} are on the free list twice (double free)")
-    holders = Counter(block for seq in allocator.seq_ids() for block in allocator.block_table(seq))
+    free_set = set(free)
+    holders = Counter(block for seq in shadow for block in allocator.block_table(seq))
+    used = 0
     for block in range(allocator.num_blocks):
-        is_free, count = block in free, allocator.refcount(block)
+        is_free, count = block in free_set, allocator.refcount(block)
+        used += count > 0
         if is_free and count:
             problems.append(f"block {block} is free but has refcount {count}")
         if not is_free and count == 0:
@@ -101,24 +106,30 @@ def ownership_oracle(allocator: BlockAllocator, shadow: Shadow) -> list[str]:
             problems.append(
                 f"block {block} has refcount {count} but {holders[block]} block tables hold it"
             )
-    total = allocator.num_free_blocks + allocator.num_used_blocks
-    if total != allocator.num_blocks:
+    if len(free_set) + used != allocator.num_blocks:
         problems.append(
-            f"free {allocator.num_free_blocks} + used {allocator.num_used_blocks} = {total}"
+            f"free {len(free_set)} + used {used} = {len(free_set) + used}"
             f" != {allocator.num_blocks} blocks"
         )
-    if set(allocator.seq_ids()) != set(shadow):
+    if callable(getattr(allocator, "seq_ids", None)) and set(allocator.seq_ids()) != set(shadow):
         problems.append(f"live sequences {allocator.seq_ids()} != expected {sorted(shadow)}")
     return problems
 
 
-def content_oracle(allocator: BlockAllocator, shadow: Shadow) -> list[str]:
-    """Content violations: each live sequence must read exactly the tokens it wrote."""
+def content_oracle(allocator, shadow: Shadow) -> list[str]:
+    """Content violations: each live sequence must read exactly the tokens it wrote.
+
+    Reads through the block table and ``read_block`` (what an attention kernel would see),
+    against the shadow model of plain Python lists.
+    """
     problems = []
     for seq_id, expected in shadow.items():
-        if seq_id not in allocator.seq_ids():
+        try:
+            got = read_sequence(allocator, seq_id, len(expected))
+        except (ValueError, KeyError):
             problems.append(f"sequence {seq_id!r} is missing")
-        elif (got := allocator.tokens(seq_id)) != expected:
+            continue
+        if got != expected:
             problems.append(f"sequence {seq_id!r} reads {got}, wrote {expected}")
     return problems
 
@@ -235,7 +246,8 @@ def find_minimal_failure(
 
     Uses ``hypothesis.find``: it generates programs of up to ``max_ops`` operations (prompts up
     to one token more than the pool holds, so out-of-blocks paths run), and shrinks the first
-    failing one to a minimal program. ``variant_factory()`` must return a fresh allocator.
+    failing one to a minimal program. ``variant_factory()`` must return a fresh allocator of any class that follows
+    :data:`~lib.kvcache.allocator.PROTOCOL`.
     Returns the ops as strings, e.g. ``["allocate(seq=0, tokens=[0])", "fork(parent=0,
     child=1)", ...]`` ending with the op after which the oracle failed, or None when all
     ``max_examples`` programs pass. Deterministic for a given ``seed``.
@@ -247,11 +259,7 @@ def find_minimal_failure(
     max_ops = integer("max_ops", max_ops, 1)
     num_token_values = integer("num_token_values", num_token_values, 2)
     max_examples = integer("max_examples", max_examples, 1)
-    probe = variant_factory()
-    if not isinstance(probe, BlockAllocator):
-        raise ValueError(
-            f"variant_factory must return a BlockAllocator, got {type(probe).__name__}"
-        )
+    probe = require_protocol(variant_factory(), "variant_factory")
     max_prompt_tokens = probe.num_blocks * probe.block_size + 1
     triple = st.tuples(
         st.integers(0, len(_KINDS) - 1), st.integers(0, 3), st.integers(0, max_prompt_tokens)

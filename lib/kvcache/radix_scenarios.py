@@ -1,5 +1,6 @@
 """Radix-tree prefix cache tools (I090): a text rendering of the tree, scripted operation
-scenarios and their replay, an oracle check (longest common prefix over the stored sequences,
+scenarios and their replay, an oracle check (match lengths and evictions predicted by
+:class:`lib.kvcache.radix_practice.RadixModel`,
 slot provenance and accounting, pins) and two defective caches that the check catches.
 """
 
@@ -330,12 +331,18 @@ def radix_oracle_check(
 ) -> OracleReport:
     """Replay ``requests`` with up to ``running`` of them pinned at a time; check every step.
 
-    Before each insert: match length = max LCP over ``cached_sequences()`` (brute force); with
-    ``num_slots`` None (no eviction) also = max LCP over every earlier request; every matched
-    slot still holds the token prefix it was filled with (slot provenance, tracked here). After
-    each insert: no slot free twice, free + cached = pool, no running request's slot free,
-    the tree's edge lengths sum to the cached count. Stops after ``max_violations``.
+    The expected behaviour comes from :class:`lib.kvcache.radix_practice.RadixModel`, a model that
+    predicts from the token sequences alone (never from the cache under test) which tokens an LRU
+    leaf-evicting cache still holds: each match length must equal the model's, and each insert must
+    evict exactly the tokens the model evicts (or raise OutOfSlots exactly when the model does).
+    With ``num_slots`` None (no eviction) the match must also equal the longest common prefix with
+    every earlier request (brute force). Every matched slot must still hold the token prefix it was
+    filled with (slot provenance, tracked here from what ``insert`` returned). After each insert:
+    no slot free twice, free + cached = pool, no running request's slot free or handed to another
+    sequence, the tree's edge lengths sum to the cached count. Stops after ``max_violations``.
     """
+    from lib.kvcache.radix_practice import RadixModel
+
     reqs = [tuple(r) for r in requests]
     if not reqs or any(not r for r in reqs):
         raise ValueError("requests must be non-empty token sequences")
@@ -344,9 +351,10 @@ def radix_oracle_check(
     unbounded = num_slots is None
     slots = sum(len(r) for r in reqs) if unbounded else integer("num_slots", num_slots, 1)
     cache = cache_factory(slots)
+    model = RadixModel(slots)
     owner: dict[int, int] = {}  # slot -> id of the token prefix its KV was filled with
     prefix_ids = PrefixIds()
-    live: deque[tuple[int, list[int], RadixNode, tuple[int, ...]]] = deque()
+    live: deque[tuple[int, list[int], RadixNode, tuple[int, ...], tuple]] = deque()
     violations: list[str] = []
     checks = hits = prompt = evicted = skipped = 0
 
@@ -356,14 +364,13 @@ def radix_oracle_check(
 
     for k, r in enumerate(reqs):
         try:
-            expected = max(
-                (longest_common_prefix(r, s) for s in cache.cached_sequences()), default=0
-            )
+            expected = model.walk(r)
             m = cache.match_prefix(r)
             checks += 1
             if m.num_tokens != expected:
                 if fail(
-                    f"request {k}: matched {m.num_tokens} tokens, brute force over stored sequences says {expected}"
+                    f"request {k}: matched {m.num_tokens} tokens; the tokens an LRU leaf-evicting cache still "
+                    f"holds give {expected}"
                 ):
                     break
             if unbounded:
@@ -381,21 +388,43 @@ def radix_oracle_check(
                 f" (first at position {bad[0]})"
             ):
                 break
-            before = cache.num_cached_tokens
+            before, model_before = cache.num_cached_tokens, model.num_cached
+            try:
+                model.insert(r)
+                model_oos = False
+            except OutOfSlots:
+                model_oos = True
             try:
                 ins = cache.insert(r)
             except OutOfSlots:
                 skipped += 1  # every unpinned token is gone and this request still does not fit
+                checks += 1
+                if not model_oos and fail(f"request {k}: OutOfSlots, but evicting unpinned LRU leaves makes room"):
+                    break
                 continue
+            checks += 1
+            if model_oos:  # the cache made room the model says pins forbid: the states part here
+                fail(f"request {k}: inserted although every unpinned leaf is gone and it does not fit"
+                     " (it evicted pinned tokens)")
+                break
             hit = min(m.num_tokens, len(r))
-            evicted += before + (len(r) - hit) - cache.num_cached_tokens
+            evicted_now = before + (len(r) - hit) - cache.num_cached_tokens
+            model_evicted = model_before + (len(r) - expected) - model.num_cached
+            checks += 1
+            if evicted_now != model_evicted and fail(
+                f"request {k}: the insert evicted {evicted_now} tokens; LRU leaf eviction evicts {model_evicted}"
+            ):
+                break
+            evicted += evicted_now
             hits += hit
             prompt += len(r)
             for i in range(hit, len(r)):
                 if i < len(ins.slots):
                     owner[ins.slots[i]] = ids[i]
             cache.lock(ins.node)
-            live.append((k, ids, ins.node, tuple(ins.slots)))
+            handle = model.handle(r)
+            model.lock(handle)
+            live.append((k, ids, ins.node, tuple(ins.slots), handle))
             free = cache.free_slots()
             free_set = set(free)
             checks += 5
@@ -407,7 +436,7 @@ def radix_oracle_check(
                     f"after request {k}: free ({len(free_set)}) + cached"
                     f" ({cache.num_cached_tokens}) != pool ({slots})"
                 )
-            for rk, rids, _, rslots in live:
+            for rk, rids, _, rslots, _ in live:
                 if free_set & set(rslots):
                     msgs.append(
                         f"after request {k}: running request {rk} has KV slots in the free pool"
@@ -424,9 +453,60 @@ def radix_oracle_check(
             if any(fail(msg) for msg in msgs):
                 break
             if len(live) > run:
-                _, _, node, _ = live.popleft()
+                _, _, node, _, old = live.popleft()
+                model.unlock(old)
                 cache.unlock(node)
         except ValueError as err:  # e.g. unlocking a node a defective eviction removed
             if fail(f"request {k}: {type(err).__name__}: {err}"):
                 break
     return OracleReport(len(reqs), checks, hits, prompt, evicted, tuple(violations), skipped)
+
+
+@dataclass(frozen=True)
+class EvictionAtStep:
+    """What one step of a scripted scenario evicted (:func:`eviction_at`)."""
+
+    needed: int  # free slots the step was short of (0: it fit without evicting)
+    freed: int  # tokens evicted
+    evicted: tuple[tuple[int, ...], ...]  # evicted edges, in eviction (LRU) order
+    skipped_pinned: tuple[tuple[int, ...], ...]  # pinned leaves older than the first evicted one
+    failed: str  # the error the step raised ('' if none)
+
+
+def eviction_at(ops: Sequence[RadixOp], num_slots: int, step: int) -> EvictionAtStep:
+    """Replay ``ops[:step]`` on ``RadixCache(num_slots)`` and report what step ``step`` evicted:
+    the edges that left (oldest first), the pinned leaves eviction had to skip, the shortfall."""
+    n = integer("num_slots", num_slots, 1)
+    step = integer("step", step, 1, len(ops))
+    cache = RadixCache(n)
+    returned: dict[int, RadixNode] = {}
+    before: dict[int, RadixNode] = {}
+    needed, failed = 0, ""
+    for i, op in enumerate(ops[:step], start=1):
+        if i == step:
+            before = {node.node_id: node for node in cache.nodes()}
+            snapshot = {nid: (node.tokens, node.last_access, node.lock_count, bool(node.children))
+                        for nid, node in before.items()}
+            if op.kind == "insert":
+                hit = cache.match_prefix(op.tokens).num_tokens
+                needed = max(0, len(op.tokens) - hit - cache.num_free_slots)
+            elif op.kind == "evict":
+                needed = op.count
+        try:
+            if op.kind in ("insert", "match"):
+                returned[i] = (cache.insert if op.kind == "insert" else cache.match_prefix)(op.tokens).node
+            elif op.kind in ("lock", "unlock"):
+                getattr(cache, op.kind)(returned[op.ref])
+            else:
+                cache.evict(op.count)
+        except (OutOfSlots, ValueError, KeyError) as err:
+            if i == step:
+                failed = f"{type(err).__name__}: {err}"
+            else:
+                raise ValueError(f"step {i} of the scenario failed before step {step}: {err}") from err
+    alive = {node.node_id for node in cache.nodes()}
+    gone = sorted((snapshot[nid] for nid in before if nid not in alive), key=lambda s: s[1])
+    first = gone[0][1] if gone else None
+    skipped = tuple(s[0] for s in sorted(snapshot.values(), key=lambda s: s[1])
+                    if not s[3] and s[2] and (first is None or s[1] < first))
+    return EvictionAtStep(needed, sum(len(s[0]) for s in gone), tuple(s[0] for s in gone), skipped, failed)

@@ -419,6 +419,25 @@ def synthetic_head(
     return q, k, v
 
 
+def context_ladder(calib_tokens: int, contexts) -> list[int]:
+    """The context lengths of the calibration experiment: the calibration length, then every
+    longer one of ``contexts`` (sorted, without repeats).
+
+    A static scale is calibrated on the first ``calib_tokens`` keys; the experiment needs at least
+    one served length of two calibration windows or more (a 128K cache against a 2K prompt holds
+    64 windows). Raises ValueError otherwise.
+    """
+    calib_tokens = integer("calib_tokens", calib_tokens, 1)
+    lengths = [integer("context", c, 1) for c in contexts]
+    longer = sorted({c for c in lengths if c > calib_tokens})
+    if not longer or longer[-1] < 2 * calib_tokens:
+        raise ValueError(
+            f"contexts {list(contexts)} need a length of at least 2 x calib_tokens = {2 * calib_tokens:,} "
+            f"(the served context must be longer than the calibration prompt)"
+        )
+    return [calib_tokens, *longer]
+
+
 def attention(q, k, v) -> tuple[np.ndarray, np.ndarray]:
     """softmax(q K^T / sqrt(d)) V; returns (output (m, d_v), probabilities (m, n)).
 

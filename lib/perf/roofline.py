@@ -278,3 +278,68 @@ def plot_roofline(chip: str | GPU, dtype: str = "bf16", points: dict[str, float]
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     return fig
+
+
+def torch_counted_flops_per_token(mdl: str | Model, context: int = 0) -> float:
+    """FLOPs of one token's forward pass at ``context`` cached keys, counted by torch, FLOP.
+
+    An oracle independent of :meth:`Model.flops_per_token`: it builds the layers the config
+    describes as torch operations on the ``meta`` device (shapes only, no memory) and lets
+    ``torch.utils.flop_counter.FlopCounterMode`` count the matmuls it actually dispatches:
+    Q/K/V/O projections (MLA: the low-rank down/up projections), scores against ``context``
+    cached keys and the weighted sum of as many values (per query head; K/V heads broadcast for
+    GQA), the FFN (SwiGLU gate/up/down, or two GELU matrices; MoE: the router, the top-k routed
+    and the shared experts), and the output head. The embedding lookup, norms, softmax and
+    activations dispatch no matmul, so they count 0, as in the "2N + attention" rule. Biases
+    are added after the matmul (0 FLOPs here, 2 per bias in lib's count: a relative gap of
+    about 1e-5). Imports torch, so call it from checks, not from ``import lib``.
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    m = model(mdl)
+    if context < 0:
+        raise ValueError(f"context must be >= 0 tokens, got {context}")
+    meta = {"device": "meta", "dtype": torch.bfloat16}
+
+    def w(*shape):
+        return torch.empty(*shape, **meta)
+
+    d, h = m.hidden_size, m.num_attention_heads
+    x = w(1, d)
+
+    def ffn(x, inner):
+        if m.mlp == "gelu_2matrix":
+            return torch.nn.functional.gelu(x @ w(d, inner)) @ w(inner, d)
+        return (torch.nn.functional.silu(x @ w(d, inner)) * (x @ w(d, inner))) @ w(inner, d)
+
+    def attend(q, n_kv, dqk, dv):
+        # q: (heads, 1, dqk) against the `context` keys and values in the cache (this token's own
+        # K/V, just projected, is written there and counted among them, as lib counts it)
+        g = h // n_kv
+        keys, vals = w(n_kv, dqk, context), w(n_kv, context, dv)
+        scores = torch.softmax(q.reshape(n_kv, g, dqk) @ keys, dim=-1)  # (n_kv, g, context)
+        return (scores @ vals).reshape(1, h * dv)
+
+    with FlopCounterMode(display=False) as counter:
+        for layer in range(m.num_layers):
+            if m.is_mla:
+                dqk, dv = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+                q_in = (x @ w(d, m.q_lora_rank)) if m.q_lora_rank else x
+                q = q_in @ w(q_in.shape[1], h * dqk)
+                latent = x @ w(d, m.kv_lora_rank + m.qk_rope_head_dim)
+                _kv = latent[:, : m.kv_lora_rank] @ w(m.kv_lora_rank, h * (m.qk_nope_head_dim + dv))
+                x_att = attend(q, h, dqk, dv) @ w(h * dv, d)  # unabsorbed: per-head K and V
+            else:
+                dh, n_kv = m.head_dim, m.num_kv_heads
+                q = x @ w(d, h * dh)
+                _k, _v = x @ w(d, n_kv * dh), x @ w(d, n_kv * dh)
+                x_att = attend(q, n_kv, dh, dh) @ w(h * dh, d)
+            if m.is_moe and layer >= m.first_dense_layers:
+                _router = x_att @ w(d, m.num_experts)
+                for _ in range(m.experts_per_token + m.shared_experts):
+                    ffn(x_att, m.expert_intermediate_size)
+            else:
+                ffn(x_att, m.intermediate_size)
+        x @ w(d, m.vocab_size)  # output head (tied or not, it is a matmul)
+    return float(counter.get_total_flops())

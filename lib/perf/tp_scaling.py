@@ -19,6 +19,8 @@ model the TP questions:
   deploy (the Deployment builds: TP shards the heads, the weights fit; groups beyond a node
   are whole nodes and pay the network, see :mod:`lib.perf.collectives`);
 - :func:`plot_step_stack`, :func:`plot_speedup`: the stacked buckets and the curve.
+- :func:`require_serves`: refuse a batch the KV cache cannot hold or a context past the window;
+  :func:`group_link`: the name of the link a TP group's collectives cross (NVLink, Infinity Fabric, PCIe, network).
 
 A TP degree that cannot be deployed (a TP1 card that cannot hold the weights, a degree that
 does not divide the heads) is priced as a *hypothetical* point: the same step model on the
@@ -63,6 +65,45 @@ def deployment_at(dep: Deployment, **changes) -> tuple[Deployment, str]:
         object.__setattr__(hypothetical, name, value)
     hypothetical.mdl, hypothetical.chip  # noqa: B018 - an unknown model or GPU still raises
     return hypothetical, reason
+
+
+def require_serves(dep: Deployment, batch: int, context: int) -> Deployment:
+    """``dep`` when it can hold ``batch`` sequences of ``context`` cached tokens each; else ValueError.
+
+    Two limits: the context fits the model's window (``max_position_embeddings``), and the KV
+    cache of the memory budget (:attr:`Deployment.budget`, driver-visible memory) holds ``batch``
+    such sequences (``budget.max_concurrency(context)``). The message names what to change.
+    """
+    require(dep)
+    batch = integer("batch", batch, 1, unit="sequences")
+    context = integer("context", context, 0, unit="tokens")
+    window = dep.mdl.max_position_embeddings
+    if context > window:
+        raise ValueError(f"context must be at most {dep.model}'s {window:,}-token window, got {context:,}")
+    if context > 0:
+        room = dep.budget.max_concurrency(context)
+        if room < batch:
+            raise ValueError(
+                f"{dep.label}: the KV cache holds {room:.3g} sequences of {context:,} tokens, not {batch}: "
+                "raise tp, shrink batch or context, or quantize")
+    return dep
+
+
+def group_link(dep: Deployment) -> str:
+    """The link a TP group's collectives cross, by name ('' at TP1).
+
+    The node's own fabric while the group fits one node (:func:`lib.perf.collectives.intra_node_fabric`
+    of ``tp`` GPUs: "NVLink", "Infinity Fabric" or "PCIe"); a larger group also crosses the network:
+    "NVLink inside each node and the network between nodes".
+    """
+    from lib.perf.collectives import intra_node_fabric
+
+    require(dep)
+    if dep.tp == 1:
+        return ""
+    per_node = gpus_per_node(chip=dep.chip)
+    inside = intra_node_fabric(dep.chip, min(dep.tp, per_node)).name
+    return inside if dep.tp <= per_node else f"{inside} inside each node and the network between nodes"
 
 
 # ---- the speedup curve ------------------------------------------------------------------------
@@ -138,13 +179,18 @@ class TPCostFit:
 
     @property
     def optimum_tp(self) -> float:
-        """argmin of a / n + b + c n: n_opt = sqrt(a / c) (infinite when c <= 0)."""
+        """argmin of a / n + b + c n: n_opt = sqrt(a / c); infinite when c <= 0 < a (the step keeps
+        falling); 1 when a <= 0 (nothing in the fit shards, e.g. an eager step whose launches set its
+        pace: the fitted step is lowest at one GPU)."""
+        if self.a_s <= 0:
+            return 1.0
         return math.sqrt(self.a_s / self.c_s) if self.c_s > 0 else math.inf
 
     @property
     def optimum_step_s(self) -> float:
         """The fitted step at n_opt: b + 2 sqrt(a c)."""
-        return self.step_s(self.optimum_tp) if self.c_s > 0 else self.b_s
+        n = self.optimum_tp
+        return self.step_s(n) if math.isfinite(n) else self.b_s
 
 
 def _fit3(xs: tuple[int, int, int], ys: list[float]) -> tuple[float, float, float]:

@@ -191,10 +191,16 @@ def test_domain_declared_and_one_with_the_explorer(path):
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     params = next(c for c in code if "parameters" in _tags(c))
     names = _parameter_names(params)
+    tuples = [n for n in ast.parse(_src(params)).body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple)]
+    assert not tuples, "one assignment per line in the parameters cell: papermill cannot inject `A, B = ...`"
     domain = notebook_domain(path.stem)
     assert sorted(domain) == sorted(names), \
         f"interview.domain must declare exactly the parameters: missing {sorted(set(names) - set(domain))}, " \
         f"extra {sorted(set(domain) - set(names))}"
+    import papermill
+
+    unseen = sorted(set(names) - set(papermill.inspect_notebook(str(path))))
+    assert not unseen, f"papermill cannot parse the parameter line(s) of {unseen} (a comment with = or <= ?)"
     values = defaults(path)
     outside = {n: values[n] for n in names if n in values and not domain[n].valid(values[n])}
     assert not outside, f"defaults outside the declared domain: {outside}"

@@ -55,6 +55,10 @@ def test_notebook_passes_its_checks_with_other_parameters(path, variant, tmp_pat
         warnings.warn(f"{path.name} with {variant} took {wall:.0f} s: {sum(d for d, _ in cells):.0f} s in cells "
                       f"(slowest: cell {index}, {slowest:.0f} s), the rest starting and stopping the kernel",
                       stacklevel=1)
+    injected = "".join(next(c["source"] for c in nb["cells"]
+                            if "injected-parameters" in c["metadata"].get("tags", [])))
+    missing = [k for k in variant if f"{k} = " not in injected]
+    assert not missing, f"papermill did not inject {missing}"
     checks = [c for c in nb["cells"] if c["cell_type"] == "code"][-1]
     text = "".join("".join(o.get("text", "")) for o in checks.get("outputs", []))
     assert PASSED.search(text), f"{path.relative_to(ROOT)} with {variant}: checks did not pass"

@@ -104,6 +104,22 @@ def page(browser):
     context.close()
 
 
+@pytest.fixture(scope="session")
+def _shared_page(browser):
+    context, pg = open_guarded_page(browser)
+    yield pg
+    context.close()
+
+
+@pytest.fixture
+def book_page(_shared_page):
+    """One guarded page reused across tests (pages of the static book visit it in turn, about a
+    second each), its error and request records cleared for each test."""
+    _shared_page.console_errors.clear()
+    _shared_page.outside_requests.clear()
+    return _shared_page
+
+
 def open_guarded_page(browser):
     """(context, page): the page records console errors and aborts requests leaving 127.0.0.1."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})

@@ -13,7 +13,8 @@ PAGES = sorted(p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
 
 
 @pytest.mark.parametrize("rel", PAGES)
-def test_page_loads_offline_without_errors(page, book_url, rel):
+def test_page_loads_offline_without_errors(book_page, book_url, rel):
+    page = book_page
     page.goto(f"{book_url}/{rel}", wait_until="load")
     page.wait_for_load_state("networkidle")
     assert not page.outside_requests, f"requests left 127.0.0.1: {page.outside_requests}"

@@ -210,3 +210,17 @@ def test_where_it_breaks_capacity_is_the_engine_budget():
     assert dict(view.rows)["KV pool holds (sequences)"] == sig(room)
     too_many = widgets.render("roofline.where_it_breaks", batch=int(room) + 1, **kw)
     assert isinstance(too_many, widgets.ErrorView) and "KV pool holds" in too_many.message
+
+
+def test_gap_explorers_price_the_dtypes_they_are_given():
+    """The batch-1 and where-it-breaks explorers start with the page's weight and KV dtypes (not BF16 always)."""
+    kw = dict(model="llama-3.1-70b", gpu="h100-sxm", tp=8, context=4096, cuda_graphs=True, allreduce="ring",
+              gemv_efficiency=0.85, scheduler_us=200.0)
+    fp8 = widgets.render("roofline.batch1_gap", weight_dtype="fp8", kv_dtype="fp8", **kw).values
+    dep = Deployment("llama-3.1-70b", "h100-sxm", tp=8, weight_dtype="fp8", kv_dtype="fp8")
+    assert math.isclose(fp8["step"], stp.decode_step(dep, 1, 4096).total_s, rel_tol=1e-12)
+    assert fp8["step"] < widgets.render("roofline.batch1_gap", **kw).values["step"]
+    wb = dict(model="llama-3.1-70b", gpu="h100-sxm", tp=8, batch=32, prompt_len=2000, output_len=250,
+              allreduce="ring", clock_fraction=0.9)
+    assert (widgets.render("roofline.where_it_breaks", weight_dtype="fp8", **wb).values["plan_s"]
+            < widgets.render("roofline.where_it_breaks", **wb).values["plan_s"])

@@ -176,7 +176,9 @@ def test_rejects_bad_arguments():
 
 
 # --------------------------------------------------------------------------- properties
-PREFIXES = [(1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 7, 8), (9, 9, 1, 2), (2, 1, 4, 3, 6, 5)]
+# (7, 7, 3, 4, 5, 6) repeats blocks 1-2 of the first prefix after another block 0: same tokens,
+# different KV, the case a provenance oracle must tell apart.
+PREFIXES = [(1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 7, 8), (9, 9, 1, 2), (2, 1, 4, 3, 6, 5), (7, 7, 3, 4, 5, 6)]
 requests = st.tuples(st.sampled_from(PREFIXES), st.lists(st.integers(0, 9), max_size=5)).map(
     lambda pair: pair[0] + tuple(pair[1])
 )
@@ -208,7 +210,28 @@ def check_accounting(cache, running):
     assert len(cache.eviction_queue()) == len(set(cache.eviction_queue()))
 
 
-@settings(max_examples=100)
+def run_under_provenance(cache, program):
+    """run_program through KVProvenanceOracle: it records the exact prefix each block's KV was
+    computed from, so it sees a block with the right tokens computed after a wrong prefix."""
+    from lib.kvcache.block_hash import KVProvenanceOracle
+
+    oracle = KVProvenanceOracle(cache)
+    running = {}
+    for next_id, (start, tokens, pick) in enumerate(program):
+        if start or not running:
+            try:
+                oracle.allocate(next_id, tokens)
+            except OutOfBlocks:
+                continue
+            running[next_id] = tokens
+        else:
+            done = sorted(running)[pick % len(running)]
+            oracle.free(done)
+            del running[done]
+        yield oracle, running
+
+
+@settings(max_examples=200, deadline=None)
 @given(
     program=programs,
     num_blocks=st.integers(6, 16),
@@ -216,10 +239,33 @@ def check_accounting(cache, running):
 )
 def test_verified_cache_never_returns_wrong_kv_even_with_a_weak_hash(program, num_blocks, order):
     cache = PrefixBlockCache(num_blocks, 2, hash_fn=weak_hash, eviction_order=order)
-    for running in run_program(cache, program):
+    for oracle, running in run_under_provenance(cache, program):
+        assert not oracle.violations, oracle.violations[0]
         for request_id, tokens in running.items():
             assert cache.read_tokens(request_id) == list(tokens)
         check_accounting(cache, running)
+
+
+def test_the_provenance_property_catches_what_payloads_cannot():
+    """A cache that verifies a hit's tokens but not the block it was computed after serves right
+    tokens with wrong KV: the payload comparison passes, the provenance property fails."""
+    from hypothesis import HealthCheck, Phase, find
+
+    from lib.kvcache.block_hash_practice import block_cache_variant
+
+    make = block_cache_variant("verifies_tokens_only")
+
+    def wrong_kv(program):
+        cache = make(12, 2, weak_hash)
+        return any(oracle.violations for oracle, _ in run_under_provenance(cache, program))
+
+    # the same strategy and example budget as the property above, without shrinking
+    bad = find(programs, wrong_kv, settings=settings(max_examples=200, database=None, phases=[Phase.generate],
+                                                     suppress_health_check=list(HealthCheck)))
+    payload_cache = make(12, 2, weak_hash)
+    for running in run_program(payload_cache, bad):
+        for request_id, tokens in running.items():
+            assert payload_cache.read_tokens(request_id) == list(tokens)  # payloads look right
 
 
 @settings(max_examples=100)

@@ -112,5 +112,5 @@ def test_oracle_finds_nothing(flags, oracle):
 def test_find_minimal_failure_validates_inputs():
     with pytest.raises(ValueError, match="max_ops must be an integer >= 1"):
         find_minimal_failure(lambda: BlockAllocator(2, 2), content_oracle, max_ops=0)
-    with pytest.raises(ValueError, match="variant_factory must return a BlockAllocator"):
+    with pytest.raises(ValueError, match="variant_factory must return an allocator"):
         find_minimal_failure(lambda: object(), content_oracle)

@@ -179,3 +179,15 @@ def test_hand_computed_mbu_of_a_published_step():
     # per step; at a measured 11.9 ms step on 8 x 3.35 TB/s that is 139.0e9 / 11.9e-3 / 26.8e12 = 43.6%
     s = mbu.Scenario("llama-3.1-70b", "h100-sxm", 8, 1, 0, "bf16", "bf16", 11.9e-3)
     assert math.isclose(s.mbu, (70.6e9 - 128_256 * 8_192) * 2 / 11.9e-3 / (8 * 3.35e12), rel_tol=0.005)
+
+
+def test_mbu_diagnosis_explorer_prices_the_dtypes_it_is_given():
+    from lib.book import widgets
+
+    kw = dict(model="llama-3.1-70b", gpu="h100-sxm", tp=4, batch=32, context=4096, measured_mbu=0.6,
+              allreduce="ring", level="central")
+    bf16 = widgets.render("roofline.mbu_diagnosis", **kw).values
+    fp8 = widgets.render("roofline.mbu_diagnosis", weight_dtype="fp8", kv_dtype="fp8", **kw).values
+    dep = Deployment("llama-3.1-70b", "h100-sxm", tp=4, weight_dtype="fp8", kv_dtype="fp8")
+    assert math.isclose(fp8["floor"], decode_step(dep, 32, 4096).mbu_floor_s, rel_tol=1e-12)
+    assert fp8["floor"] < bf16["floor"]

@@ -206,3 +206,28 @@ def test_explorers_refuse_a_kv_cache_that_does_not_fit():
         weight_dtype="bf16", kv_dtype="bf16", allreduce="ring", level="central", cuda_graphs="yes",
     )
     assert isinstance(view, widgets.ErrorView) and "KV cache holds" in view.message
+
+
+def test_require_serves_refuses_a_context_past_the_window_and_a_batch_the_cache_cannot_hold():
+    dep = Deployment("llama-2-7b", "h100-sxm")
+    assert tps.require_serves(dep, 1, 4096) is dep
+    with pytest.raises(ValueError, match="4,096-token window"):
+        tps.require_serves(dep, 1, 4097)
+    room = dep.budget.max_concurrency(4096)
+    with pytest.raises(ValueError, match="KV cache holds"):
+        tps.require_serves(dep, math.ceil(room) + 1, 4096)
+
+
+def test_group_link_names_the_vendor_fabric_and_the_network_beyond_a_node():
+    assert tps.group_link(Deployment("llama-3.1-70b", "h100-sxm", tp=8)) == "NVLink"
+    assert tps.group_link(Deployment("qwen2.5-72b", "mi300x", tp=8)) == "Infinity Fabric"
+    assert tps.group_link(Deployment("llama-3.1-8b", "l40s", tp=4)) == "PCIe"
+    assert tps.group_link(Deployment("llama-3.1-70b", "h100-sxm", tp=16)).endswith("the network between nodes")
+    assert tps.group_link(Deployment("llama-3.1-8b", "h100-sxm")) == ""
+
+
+def test_optimum_of_a_fit_where_nothing_shards_is_one_gpu():
+    fit = tps.TPCostFit(-1e-3, 5e-3, 1e-4, (2, 4, 8))
+    assert fit.optimum_tp == 1.0
+    assert fit.optimum_step_s == fit.step_s(1.0)
+    assert math.isinf(tps.TPCostFit(1e-3, 5e-3, -1e-6, (2, 4, 8)).optimum_tp)
