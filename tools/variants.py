@@ -20,7 +20,7 @@ import re
 import sys
 from collections import Counter
 
-from lib.book.domain import declared_variants, notebook_domain
+from lib.book.domain import Text, declared_variants, notebook_domain
 from tools.execute import resolve
 from tools.kernel import is_kernel_fault
 from tools.notebooks import ROOT, notebook_paths
@@ -61,7 +61,7 @@ def draw(path, rng: random.Random) -> dict:
     """One to three parameters changed to random values of their domains."""
     domain = notebook_domain(path.stem)
     base = defaults(path)
-    names = sorted(domain)
+    names = sorted(n for n, dom in domain.items() if not (isinstance(dom, Text) and not dom.examples))
     changed = {}
     for name in rng.sample(names, min(len(names), rng.randint(1, 3))):
         for _ in range(10):

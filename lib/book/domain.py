@@ -18,6 +18,7 @@ JSON spec of one parameter (``interview.domain[NAME]``)::
     {"int": [low, high]}             an integer in [low, high] ("log": true: the sweep draws powers of two)
     {"real": [low, high]}            a number in [low, high]
     {"bool": true}                   True or False
+    {"text": <max characters>}       free text (a typed program); the sweep leaves it at its default
     {"list": <spec>, "len": [a, b]}  a list or tuple of a..b items, each in <spec>
     any dict spec + "or_none": true  None is allowed too (None: lib takes the value from data/)
 """
@@ -128,6 +129,31 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class Text:
+    """Free text of at most ``max_chars`` characters (a text box): a typed program, a token list.
+
+    ``examples`` are what the sweep and the fuzz tests draw; the function behind it parses the
+    text and raises ValueError (shown as a message) on anything it cannot read.
+    """
+
+    examples: tuple
+    max_chars: int = 2000
+    label: str = ""
+
+    def valid(self, value) -> bool:
+        return type(value) is str and len(value) <= self.max_chars
+
+    def describe(self) -> str:
+        return f"text of at most {self.max_chars} characters"
+
+    def sample(self, rng) -> str:
+        return rng.choice(self.examples)
+
+    def within(self, other) -> bool:
+        return isinstance(other, Text) and self.max_chars <= other.max_chars
+
+
+@dataclass(frozen=True)
 class ListOf:
     """A list (or tuple) of ``min_len`` to ``max_len`` items, each in ``item``."""
 
@@ -171,7 +197,7 @@ class OrNone:
         return isinstance(other, OrNone) and self.inner.within(other.inner)
 
 
-Domain = Choice | IntRange | FloatRange | Flag | ListOf | OrNone
+Domain = Choice | IntRange | FloatRange | Flag | Text | ListOf | OrNone
 
 
 def _registry_choice(kind: str, where: str | None) -> Choice:
@@ -222,6 +248,8 @@ def parse(spec, explorer_domains: dict | None = None, name: str = "") -> Domain:
     elif "real" in spec:
         low, high = spec.pop("real")
         dom = FloatRange(float(low), float(high))
+    elif "text" in spec:
+        dom = Text((), spec.pop("text"))
     elif "bool" in spec:
         spec.pop("bool")
         dom = Flag()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lib.book.domain import Choice, Domain, FloatRange, IntRange  # noqa: F401  (explorers import them from here)
+from lib.book.domain import Choice, Domain, FloatRange, IntRange, Text  # noqa: F401  (explorers import them from here)
 
 # ---- what a view function returns -----------------------------------------------------
 
@@ -138,6 +138,9 @@ def _widget(arg: str, domain: Domain, value):
     if isinstance(domain, Choice):
         return w.Dropdown(options=list(domain.options), value=value, description=label,
                           style=style, layout=layout)
+    if isinstance(domain, Text):
+        return w.Textarea(value=value, description=label, style=style, continuous_update=False,
+                          layout=w.Layout(width="640px", height="5em"))
     if isinstance(domain, IntRange) and domain.log:
         options = sorted(set(domain.powers_of_two()) | {value})  # keep the notebook's exact value
         return w.SelectionSlider(options=options, value=value, description=label, style=style,

@@ -18,7 +18,7 @@ import random
 import numpy as np
 
 from lib.book.svgplot import Rectangle, subplots
-from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.book.widgets import Choice, FloatRange, IntRange, Text, View, explorer
 from lib.kvcache import (
     BlockAllocator,
     NaiveCowAllocator,
@@ -188,7 +188,7 @@ def _describe_effect(alloc, op: Op, before: dict) -> str:
     allocator=Choice(tuple(ALLOCATORS), label="allocator"),
     num_blocks=IntRange(2, 12, label="blocks in the pool"),
     block_size=IntRange(1, 8, label="tokens per block"),
-    program=Choice(PROGRAMS, label="program"),
+    program=Text(PROGRAMS, label="program (ops separated by ';', or 'ops 1-6 below' for the menus)"),
     prompt_tokens=IntRange(0, 24, label="prompt tokens (allocate)"),
     op1=Choice(OPS, label="op 1"),
     op2=Choice(OPS, label="op 2"),
@@ -211,8 +211,9 @@ def block_allocator_ops(
     program: str = MENU,
 ) -> View:
     """I085: run a typed program (or the chosen menu operations) on a fresh pool; show each
-    outcome and the final state. ``program`` may be any text in ``parse_op`` syntax when called
-    directly (the dropdown offers a few)."""
+    outcome and the final state. ``program`` is any text in ``parse_op`` syntax, ops separated by
+    ";" or new lines (the text box starts with the page's program; :data:`PROGRAMS` are examples),
+    or :data:`MENU` for the six menu operations."""
     if allocator not in ALLOCATORS:
         raise ValueError(f"allocator must be one of {', '.join(ALLOCATORS)}")
     alloc = ALLOCATORS[allocator](num_blocks, block_size)

@@ -177,3 +177,17 @@ def test_explore_refuses_a_start_outside_its_domain_with_a_message():
     for arg, bad in (("dtype", "int3"), ("m", 10**6), ("gpu", "tpu-v5")):
         view = explore("roofline.ridge_point", **{**start, arg: bad})
         assert isinstance(view, ErrorView) and repr(bad) in view.message, (arg, view)
+
+
+def test_text_domain_and_a_typed_program_in_the_explorer():
+    from lib.book.widgets import ErrorView, render
+
+    dom = d.parse({"text": 50})
+    assert dom.valid("allocate(seq=0, tokens=[0])") and not dom.valid("x" * 51) and not dom.valid(3)
+    base = dict(allocator="BlockAllocator (correct)", num_blocks=3, block_size=2, prompt_tokens=3,
+                op1="allocate A", op2="-", op3="-", op4="-", op5="-", op6="-")
+    view = render("kvcache.block_allocator_ops", **base, program="allocate(seq=0, tokens=[0, 1, 2]); "
+                  "append(seq=0, token=3); append(seq=0, token=4); append(seq=0, token=5); append(seq=0, token=6)")
+    assert dict(view.rows)["program"] == "partial: 4 of 5 ops took effect"
+    bad = render("kvcache.block_allocator_ops", **base, program="allocat(seq=0)")
+    assert isinstance(bad, ErrorView) and "op must look like" in bad.message

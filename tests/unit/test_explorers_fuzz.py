@@ -21,6 +21,8 @@ NAMES = sorted(REGISTRY)
 
 
 def _valid(domain):
+    if isinstance(domain, widgets.Text):  # the examples, and any text a reader might type
+        return st.sampled_from(domain.examples) | st.text(max_size=80)
     if isinstance(domain, widgets.Choice):
         return st.sampled_from(domain.options)
     if isinstance(domain, widgets.IntRange):
@@ -31,6 +33,8 @@ def _valid(domain):
 
 
 def _invalid(domain):
+    if isinstance(domain, widgets.Text):
+        return st.sampled_from([None, 0, "x" * (domain.max_chars + 1)])
     if isinstance(domain, widgets.Choice):
         return st.sampled_from(["", "nonsense", None, 0])
     bad = [0, -1, domain.low - 1, domain.high * 1000 + 1, 10**12]
