@@ -8,12 +8,13 @@ from lib.book.svgplot import figure
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import collectives
 from lib.perf import roofline as rf
+from lib.perf import tp_scaling as tps
 from lib.perf.deployment import Deployment
 from lib.perf.prefill import prefill_time
 from lib.perf.step import decode_step, step_assumptions
 from lib.registry import hardware, models
 from lib.registry.dtypes import BYTES_PER_ELEMENT
-from lib.units import MS, fmt_bytes, fmt_pct, fmt_time, sig
+from lib.units import MS, fmt_pct, fmt_time, sig
 
 WEIGHT_DTYPES = ("bf16", "fp8", "int4")
 COMPUTE_DTYPES = ("bf16", "fp8")
@@ -99,13 +100,8 @@ def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, kv_dtype: str, 
                       mfu: float) -> View:
     """I003: where prefill turns compute-bound, and the TTFT of a prompt."""
     m, g = models.model(model), hardware.gpu(gpu)
-    if prompt_len > m.max_position_embeddings:
-        raise ValueError(f"prompt_len must be at most {m.key}'s {m.max_position_embeddings:,}-token window")
-    fits, per_gpu = rf.fits_in_memory(m, g, tp, dtype, prompt_len * m.kv_bytes_per_token(kv_dtype))
-    if not fits:
-        raise ValueError(f"{m.key} in {dtype} with a {kv_dtype} KV cache needs {fmt_bytes(per_gpu)} per GPU; "
-                         f"{g.key} has {fmt_bytes(g.memory_bytes)}: raise tp or quantize")
-    dep = Deployment(m.key, g.key, tp=tp, weight_dtype=dtype, compute_dtype=dtype, kv_dtype=kv_dtype)
+    dep = tps.require_serves(Deployment(m.key, g.key, tp=tp, weight_dtype=dtype, compute_dtype=dtype,
+                                        kv_dtype=kv_dtype), 1, prompt_len)
     crossover = rf.prefill_crossover_tokens(m, g, dtype, dtype)  # weight read vs matmuls: no KV term
     lengths = np.unique(np.geomspace(1, max(4 * crossover, 2 * prompt_len), 60).astype(int))
     steps = [rf.prefill(m, g, int(p), tp, 1, dtype, dtype, kv_dtype) for p in lengths]

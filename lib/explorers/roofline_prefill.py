@@ -13,10 +13,11 @@ from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import attention_intensity as ai
 from lib.perf import prefill as pf
 from lib.perf import roofline as rf
+from lib.perf import tp_scaling as tps
 from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
 from lib.registry.dtypes import bytes_per_element
-from lib.units import MS, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_time, sig
+from lib.units import MS, fmt_count, fmt_flops, fmt_pct, fmt_time, sig
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())
@@ -36,13 +37,11 @@ def _weights_read(m, batches, dtype: str) -> np.ndarray:
     return np.array([rf.weight_bytes_read_per_step(m, int(b), dtype) for b in batches])
 
 
-def _check_fits(m, g, tp: int, weight_dtype: str, kv_bytes: float = 0.0) -> None:
-    fits, per_gpu = rf.fits_in_memory(m, g, tp, weight_dtype, kv_bytes)
-    if not fits:
-        raise ValueError(
-            f"{m.key} in {weight_dtype} needs {fmt_bytes(per_gpu)} per GPU at tp={tp}; "
-            f"{g.key} has {fmt_bytes(g.memory_bytes)}: raise tp or quantize"
-        )
+def _deployment(m, g, tp: int, dtype: str, kv_dtype: str = "bf16", prompt_len: int = 0) -> Deployment:
+    """The replica, refused (ValueError naming the limit) when the memory budget cannot hold its
+    weights, or one request of ``prompt_len`` tokens (:func:`lib.perf.tp_scaling.require_serves`)."""
+    dep = Deployment(m.key, g.key, tp=tp, weight_dtype=dtype, compute_dtype=dtype, kv_dtype=kv_dtype)
+    return tps.require_serves(dep, 1, prompt_len)
 
 
 @explorer(
@@ -147,7 +146,7 @@ def pass_bottleneck(model: str, gpu: str, tp: int, dtype: str, tokens: int) -> V
     """N023: one forward pass reads every weight; does the read or the matmul bind at T tokens?"""
     m, g = models.model(model), hardware.gpu(gpu)
     rf.decode_step(m, g, tp, 1, 0, dtype, dtype, dtype)  # validates tp and dtypes
-    _check_fits(m, g, tp, dtype)
+    _deployment(m, g, tp, dtype)
     read_s = rf.weight_bytes_read_per_step(m, tokens, dtype) / tp / g.memory_bandwidth
     matmul_s = m.weight_flops_per_token() * tokens / tp / g.peak_flops(dtype)
     cross = pf.weight_read_crossover_tokens(m, g, dtype, dtype)
@@ -205,8 +204,7 @@ def prefill_floor(
     """N039: prefill time = FLOPs / effective replica FLOP/s plus the TP all-reduces, and the TTFT."""
     m, g = models.model(model), hardware.gpu(gpu)
     est = pf.prefill_estimate(m, g, prompt_len, n_gpus, mfu, dtype, dtype, kv_dtype, include_attention)
-    _check_fits(m, g, n_gpus, dtype, prompt_len * m.kv_bytes_per_token(kv_dtype))
-    dep = Deployment(m.key, g.key, tp=n_gpus, weight_dtype=dtype, compute_dtype=dtype, kv_dtype=kv_dtype)
+    dep = _deployment(m, g, n_gpus, dtype, kv_dtype, prompt_len)
     full = pf.prefill_time(dep, prompt_len, mfu=mfu)  # THE prefill time (attention always counted)
     comm = full.allreduce_s
     lengths = np.geomspace(16, max(2 * prompt_len, 1024), 60)

@@ -240,13 +240,15 @@ def prefill_crossover_tokens(mdl: str | Model, chip: str | GPU, weight_dtype: st
     raise ValueError(f"{m.key}: weight reads outpace the matmuls at every token count")
 
 
-def fits_in_memory(mdl: str | Model, chip: str | GPU, tp: int = 1, weight_dtype: str = "bf16",
-                   kv_bytes_total: float = 0.0) -> tuple[bool, float]:
-    """(fits, bytes per GPU) for weights / tp + the given KV bytes x shard fraction."""
-    m, g = model(mdl), gpu(chip)
+def per_gpu_bytes(mdl: str | Model, tp: int = 1, weight_dtype: str = "bf16", kv_bytes_total: float = 0.0) -> float:
+    """Bytes one GPU holds: weights / tp + the given KV bytes x its shard fraction, B.
+
+    A size, not a verdict: whether it fits is the memory budget's question
+    (:attr:`lib.perf.deployment.Deployment.budget`, :func:`lib.perf.tp_scaling.require_serves`).
+    """
+    m = model(mdl)
     tp = m.check_tp(tp)
-    per_gpu = m.weight_bytes(weight_dtype) / tp + kv_bytes_total * kv_shard_fraction(m, tp)
-    return per_gpu <= g.memory_bytes, per_gpu
+    return m.weight_bytes(weight_dtype) / tp + kv_bytes_total * kv_shard_fraction(m, tp)
 
 
 def plot_roofline(chip: str | GPU, dtype: str = "bf16", points: dict[str, float] | None = None,

@@ -61,9 +61,10 @@ def test_self_check_verdicts():
         self_check(1, 1, rel_tol=0)
 
 
-# A 70B in BF16 on 2x H100 with a 64k-token prompt: the BF16 KV cache does not fit beside the
-# weights, the FP8 one does. The prefill explorers must size (and time) the KV in its own dtype.
-_KV_CASE = dict(model="llama-3.1-70b", gpu="h100-sxm", dtype="bf16", prompt_len=65536, mfu=0.5)
+# Llama 3.1 8B in BF16 on one L4 with a 32k-token prompt: the memory budget holds no BF16 KV cache
+# of that length beside the weights, but an FP8 one. The prefill explorers must size (and time) the
+# KV in its own dtype.
+_KV_CASE = dict(model="llama-3.1-8b", gpu="l4", dtype="bf16", prompt_len=32768, mfu=0.5)
 
 
 @pytest.mark.parametrize(("name", "tp_arg", "extra"), [
@@ -71,7 +72,7 @@ _KV_CASE = dict(model="llama-3.1-70b", gpu="h100-sxm", dtype="bf16", prompt_len=
     ("roofline.prefill_floor", "n_gpus", {"include_attention": True}),
 ])
 def test_prefill_explorers_size_the_kv_in_the_kv_dtype(name, tp_arg, extra):
-    args = {**_KV_CASE, tp_arg: 2, **extra}
+    args = {**_KV_CASE, tp_arg: 1, **extra}
     assert isinstance(widgets.render(name, **args, kv_dtype="bf16"), widgets.ErrorView)
     assert isinstance(widgets.render(name, **args, kv_dtype="fp8"), widgets.View)
 
