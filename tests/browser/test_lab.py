@@ -56,7 +56,7 @@ def _run_all_and_change_an_input(page, lab):
     page.wait_for_function("() => !document.querySelector('.jp-collapseHeadingButton.jp-mod-collapsed')")
     _menu(page, "Edit", "Clear Outputs of All Cells")  # so the checks verdict below is from this run
     _menu(page, "Run", "Run All Cells")
-    page.locator(".jp-OutputArea-output", has_text=re.compile(r"all \d+ checks passed")).wait_for(state="attached", timeout=180000)
+    page.locator(".jp-OutputArea-output", has_text=re.compile(r"all \d+ checks passed")).first.wait_for(state="attached", timeout=180000)
     # the live explorer (the newest render), scrolled on screen; force= skips Playwright's visibility
     # wait, which JupyterLab's lazy rendering of off-screen cells can otherwise trip
     explorer = page.locator(".widget-vbox").filter(has=page.locator("table.explorer-table")).last

@@ -80,3 +80,13 @@ def test_quantity_names_missing_and_unknown_arguments():
         sc.quantity("ttft_s", "llama70b-h100x8")
     with pytest.raises(ValueError, match="contxt"):
         sc.quantity("decode_step_s", "llama70b-h100x8", contxt=4096)
+
+
+def test_number_after_reads_a_number_inside_a_glued_sentence():
+    from lib.perf.scenarios import number_after, parse_glued
+
+    assert number_after("its 15.1 µs, mostly latency", "its ") == "15.1 µs"
+    assert number_after("165,816 blocks per GPU", "") == "165,816"
+    assert parse_glued(number_after("cut the capacity to 37.4 sequences", "capacity to ")) == (37.4, 0.05)
+    with pytest.raises(ValueError, match="no number follows"):
+        number_after("no figure here", "its ")
