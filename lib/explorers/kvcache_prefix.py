@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from lib.book.svgplot import Rectangle, figure
-from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
+from lib.book.widgets import Choice, FloatRange, IntRange, Text, View, explorer
 from lib.kvcache import block_hash as bh
 from lib.kvcache import (
     chain_hashes,
@@ -44,15 +44,29 @@ def _bw(x: float) -> str:
 # ---- I090 -------------------------------------------------------------------------------------
 
 
+#: Typed radix programs the fuzz tests and the sweep draw (any text in the parser's syntax runs).
+RADIX_PROGRAMS = (
+    "",
+    "insert 1 2 3 4 5; lock 1; insert 1 2 3 7 8; evict 10; unlock 1; evict 10",
+    "insert 1 2; lock 1; insert 1 2 3; lock 3; unlock 1; unlock 1",
+    "insert 1 2 3 4 5 6; insert 1 2 3 7 8; match 1 2 9; insert 4 4",
+)
+
+
 @explorer(
     "kvcache.radix_steps",
     scenario=Choice(rs.RADIX_SCENARIOS),
-    step=IntRange(0, 12, label="step"),
+    step=IntRange(0, 64, label="step"),
     num_slots=IntRange(4, 64, label="KV slots in the pool"),
+    program=Text(RADIX_PROGRAMS, max_chars=2000, label="program (typed ops; empty: the scenario)"),
 )
-def radix_steps(scenario: str, step: int, num_slots: int) -> View:
-    """I090: replay a scripted scenario on a RadixCache and show the tree after ``step`` ops."""
-    description, ops = rs.radix_scenario(scenario)
+def radix_steps(scenario: str, step: int, num_slots: int, program: str = "") -> View:
+    """I090: replay a scripted scenario, or a typed program (:func:`rs.parse_radix_program`), on a
+    RadixCache and show the tree after ``step`` ops."""
+    if program.strip():
+        description, ops = "typed program", rs.parse_radix_program(program)
+    else:
+        description, ops = rs.radix_scenario(scenario)
     steps = rs.replay_radix(ops, num_slots, upto=step)
     last = steps[-1]
     rows = [

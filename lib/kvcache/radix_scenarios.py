@@ -92,6 +92,33 @@ class RadixOp:
         return f"evict {self.count} tokens"
 
 
+def parse_radix_program(text: str) -> list[RadixOp]:
+    """Operations typed as text, separated by ";" or new lines:
+    ``insert 1 2 3``, ``match 1 2`` (tokens: integers, spaces or commas), ``lock 1`` /
+    ``unlock 1`` (the node that step 1 returned; steps count from 1), ``evict 4`` (tokens).
+
+    Raises ValueError naming the first operation it cannot read.
+    """
+    ops = []
+    for item in (part.strip() for part in str(text).replace("\n", ";").split(";")):
+        if not item:
+            continue
+        kind, _, rest = item.partition(" ")
+        fields = rest.replace(",", " ").split()
+        if not fields or not all(f.lstrip("-").isdigit() for f in fields):
+            kind = ""
+        if kind in ("insert", "match") and all(int(f) >= 0 for f in fields):
+            ops.append(RadixOp(kind, tuple(int(f) for f in fields)))
+        elif kind in ("lock", "unlock", "evict") and len(fields) == 1 and int(fields[0]) >= 1:
+            ops.append(RadixOp(kind, ref=int(fields[0])) if kind != "evict" else RadixOp(kind, count=int(fields[0])))
+        else:
+            raise ValueError(f"cannot read {item!r}: write insert 1 2 3, match 1 2, lock 1, unlock 1 or evict 4 "
+                             "(tokens >= 0; a lock names the step, from 1, whose node it pins)")
+    if not ops:
+        raise ValueError("the program is empty: type operations such as insert 1 2 3; lock 1")
+    return ops
+
+
 def _radix_scenarios() -> dict[str, tuple[str, list[RadixOp]]]:
     ins = lambda *t: RadixOp("insert", tuple(t))  # noqa: E731
     match = lambda *t: RadixOp("match", tuple(t))  # noqa: E731

@@ -127,3 +127,16 @@ def test_variant_names_are_checked():
         rp.radix_variant("typo")
     with pytest.raises(ValueError, match="variant"):
         rp.hit_counter_variant("typo")
+
+
+def test_typed_radix_programs_parse_and_replay():
+    from lib.kvcache.radix_scenarios import RadixOp, parse_radix_program, replay_radix
+
+    ops = parse_radix_program("insert 1 2; lock 1\nmatch 1, 2; unlock 1; evict 4")
+    assert ops == [RadixOp("insert", (1, 2)), RadixOp("lock", ref=1), RadixOp("match", (1, 2)),
+                   RadixOp("unlock", ref=1), RadixOp("evict", count=4)]
+    steps = replay_radix(parse_radix_program("insert 1 2; lock 1; insert 1 2 3; lock 3; unlock 1; unlock 1"), 16)
+    assert steps[5].result.startswith("unlocked") and steps[6].result.startswith("ValueError")
+    for bad in ("", "insert", "insert a b", "lock 0", "evict 1 2", "splice 1"):
+        with pytest.raises(ValueError):
+            parse_radix_program(bad)
