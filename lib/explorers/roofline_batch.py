@@ -137,9 +137,7 @@ def throughput_knee(
 ) -> View:
     """I104: the modelled step's throughput against batch, its knee and ceiling, and the KV ceiling."""
     m, g = models.model(model), hardware.gpu(gpu)
-    if context > m.max_position_embeddings:
-        raise ValueError(f"a context of {context:,} tokens is longer than {model}'s window "
-                         f"({m.max_position_embeddings:,} tokens)")
+    m.check_context(context)
     dep = Deployment(m, g, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                      compute_dtype=_compute_dtype(weight_dtype, g))
     ceiling = tput.throughput_ceiling(dep, context)
@@ -216,9 +214,7 @@ def joules_per_token(
 ) -> View:
     """I105: J/token = power / throughput, batch 1 against a large batch (the modelled step)."""
     m, g = models.model(model), hardware.gpu(gpu)
-    if context > m.max_position_embeddings:
-        raise ValueError(f"a context of {context:,} tokens is longer than {model}'s window "
-                         f"({m.max_position_embeddings:,} tokens)")
+    m.check_context(context)
     dep = Deployment(m, g, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                      compute_dtype=_compute_dtype(weight_dtype, g))
     b_max = tput.kv_batch_ceiling(dep, context)

@@ -320,10 +320,7 @@ def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
     """
     require(dep)
     batch = integer("batch", batch, 1, unit="sequences")
-    context = integer("context", context, 0, unit="tokens")
-    window = dep.mdl.max_position_embeddings
-    if context > window:
-        raise ValueError(f"context must be at most {dep.model}'s {window:,}-token window, got {context:,}")
+    context = dep.mdl.check_context(context)
     a = assume or step_assumptions()
     g = dep.chip
     bw = g.memory_bandwidth

@@ -76,10 +76,7 @@ def require_serves(dep: Deployment, batch: int, context: int) -> Deployment:
     """
     require(dep)
     batch = integer("batch", batch, 1, unit="sequences")
-    context = integer("context", context, 0, unit="tokens")
-    window = dep.mdl.max_position_embeddings
-    if context > window:
-        raise ValueError(f"context must be at most {dep.model}'s {window:,}-token window, got {context:,}")
+    context = dep.mdl.check_context(context)
     if context > 0:
         room = dep.budget.max_concurrency(context)
         if room < batch:

@@ -76,6 +76,17 @@ class Model:
             )
         return tp
 
+    def check_context(self, tokens: object, what: str = "context") -> int:
+        """``tokens`` as an int when it is a position count this model has (0 up to its window,
+        ``max_position_embeddings``); else ValueError naming the window."""
+        from lib.inputs import integer
+
+        t = integer(what, tokens, 0, unit="tokens")
+        if t > self.max_position_embeddings:
+            raise ValueError(f"{what} must be at most {self.key}'s {self.max_position_embeddings:,}-token window, "
+                             f"got {t:,}")
+        return t
+
     def kv_share_per_rank(self, tp: int) -> float:
         """Fraction of each token's KV one of ``tp`` tensor-parallel ranks holds: 1 / tp up to
         the KV-head count, then 1 / KV heads (heads replicated); 1 for MLA's single latent.

@@ -145,3 +145,12 @@ def test_parameter_counts_are_cached_and_unchanged(key):
     smaller = replace(m, num_layers=m.num_layers - 1)
     assert m.params_total - smaller.params_total == m._layer_params(m.num_layers - 1, False)
     assert smaller == replace(m, num_layers=m.num_layers - 1)  # equality ignores the cache
+
+
+def test_check_context_names_the_window():
+    m = model("llama-2-7b")  # a 4,096-token window
+    assert m.check_context(0) == 0 and m.check_context(4096) == 4096
+    with pytest.raises(ValueError, match="PROMPT must be at most llama-2-7b's 4,096-token window, got 4,097"):
+        m.check_context(4097, "PROMPT")
+    with pytest.raises(ValueError, match="context must be an integer"):
+        m.check_context(-1)
