@@ -14,6 +14,7 @@ Exits non-zero when anything failed; failed copies are kept in variants/sweep/.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import random
 import re
@@ -26,14 +27,18 @@ from tools.kernel import is_kernel_fault
 from tools.notebooks import ROOT, notebook_paths
 from tools.variant import render
 
-PASSED = re.compile(r"all \d+ checks passed")
+PASSED = re.compile(r"all \d+ checks passed")  # the line lib.book.verify.Checks.done() prints
+
+
+def checks_passed(nb: dict) -> bool:
+    """Whether an executed notebook's checks cell (its last code cell) printed the passing summary."""
+    checks = [c for c in nb["cells"] if c["cell_type"] == "code"][-1]
+    return bool(PASSED.search("".join("".join(o.get("text", "")) for o in checks.get("outputs", []))))
 OUT = ROOT / "variants" / "sweep"
 
 
 def defaults(path) -> dict:
     """The parameters cell's values (literals only)."""
-    import ast
-
     nb = json.loads(path.read_text(encoding="utf-8"))
     cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
     values = {}
@@ -48,8 +53,6 @@ def defaults(path) -> dict:
 
 
 def _pairs(target, value):
-    import ast
-
     if isinstance(target, ast.Name):
         yield target.id, value
     elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
@@ -89,10 +92,7 @@ def run(path, params: dict, tag: str) -> tuple[str, str]:
         if not is_kernel_fault(err):
             raise
         return "FAILED", f"kernel fault: {err}"
-    nb = json.loads(out.read_text(encoding="utf-8"))
-    checks = [c for c in nb["cells"] if c["cell_type"] == "code"][-1]
-    text = "".join("".join(o.get("text", "")) for o in checks.get("outputs", []))
-    if not PASSED.search(text):
+    if not checks_passed(json.loads(out.read_text(encoding="utf-8"))):
         return "FAILED", f"the checks cell printed no summary (copy in {out.relative_to(ROOT)})"
     out.unlink()
     return "passed", ""

@@ -13,7 +13,6 @@ and shutdown), so a stall in CI says where it was.
 from __future__ import annotations
 
 import json
-import re
 import time
 import warnings
 
@@ -23,9 +22,9 @@ from lib.book.domain import declared_variants
 from tools.kernel import is_kernel_fault
 from tools.notebooks import ROOT, notebook_paths
 from tools.variant import render
+from tools.variants import checks_passed
 
 SLOW_RUN_S = 60  # every notebook runs in seconds; past this the run's timing is reported
-PASSED = re.compile(r"all \d+ checks passed")
 
 CASES = [
     pytest.param(path, variant, id=f"{path.stem}-{'-'.join(map(str, variant.values()))}")
@@ -59,6 +58,4 @@ def test_notebook_passes_its_checks_with_other_parameters(path, variant, tmp_pat
                             if "injected-parameters" in c["metadata"].get("tags", [])))
     missing = [k for k in variant if f"{k} = " not in injected]
     assert not missing, f"papermill did not inject {missing}"
-    checks = [c for c in nb["cells"] if c["cell_type"] == "code"][-1]
-    text = "".join("".join(o.get("text", "")) for o in checks.get("outputs", []))
-    assert PASSED.search(text), f"{path.relative_to(ROOT)} with {variant}: checks did not pass"
+    assert checks_passed(nb), f"{path.relative_to(ROOT)} with {variant}: checks did not pass"
