@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from lib.book.glue import store_citations
 from tools.kernel import CELL_TIMEOUT_S, KernelManager
 from tools.notebooks import ROOT, notebook_paths
 
@@ -57,6 +58,7 @@ def execute(path: Path, timeout: int = CELL_TIMEOUT_S) -> float:
                             store_widget_state=True, record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
+    store_citations(nb)
     nb.metadata.pop("papermill", None)
     nbformat.write(nb, path)
     return time.perf_counter() - start

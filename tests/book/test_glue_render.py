@@ -1,9 +1,10 @@
 """Every glued text appears in its built page exactly as glued: no number turned into a tuple.
 
-myst-nb's {glue:text} role evaluates the stored plain text as a Python literal, so a bare
-``8,192`` once rendered as ``(8, 192)``; lib.book.glue stores a quoted string instead. This test
-reads each notebook's glued texts from its stored outputs and looks for each one the prose cites
-in the rendered HTML.
+The book renders a citation {eval}`glued.NAME` from the stored glue output (_ext/eval_glue.py,
+through myst-nb's text-pasting role, which evaluates the stored plain text as a Python literal:
+a bare ``8,192`` once rendered as ``(8, 192)``; lib.book.glue stores a quoted string instead).
+This test reads each notebook's glued texts from its stored outputs and looks for each one the
+prose cites in the rendered HTML, and for no citation left unrendered.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ import re
 
 import pytest
 
-from lib.book.glue import glued_texts
+from lib.book.glue import cited_names, glued_texts
 from tools.notebooks import ROOT, notebook_paths
 
 HTML = ROOT / "_build" / "html"
-GLUE_ROLE = re.compile(r"\{glue:text\}`([A-Za-z0-9_]+)`")
 TUPLE_NUMBER = re.compile(r"\(\d{1,3}, \d{3}\)")
 NOTEBOOKS = notebook_paths()
 
@@ -39,10 +39,12 @@ def test_cited_glue_renders_as_glued(path):
     if not built.is_file():
         pytest.fail(f"{built} is not built: run ./book build (./book test builds it first)")
     nb = json.loads(path.read_text(encoding="utf-8"))
-    cited = set(GLUE_ROLE.findall("\n".join("".join(c["source"]) for c in nb["cells"]
-                                            if c["cell_type"] == "markdown")))
+    cited = set(cited_names("\n".join("".join(c["source"]) for c in nb["cells"]
+                                       if c["cell_type"] == "markdown")))
+    assert cited, "the prose cites no glued text"
     texts = glued_texts(nb)
     page = _text_of(built.read_text(encoding="utf-8"))
     missing = {n: texts[n] for n in cited if n in texts and " ".join(texts[n].split()) not in page}
     assert not missing, f"glued text not found verbatim in {built.name}: {missing}"
+    assert "glued." not in page and "{eval}" not in page, "a citation was left unrendered"
     assert not TUPLE_NUMBER.search(page), f"a number rendered as a tuple: {TUPLE_NUMBER.search(page).group(0)}"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+from lib.book.glue import cited_names, store_citations
 from tools.notebooks import (
     DIFFICULTIES,
     KINDS,
@@ -23,7 +25,6 @@ from tools.variants import checks_passed
 
 SECTIONS = ["## The question", "## Try it first", "## Parameters", "## Worked answer", "## Explore",
             "## Where it breaks", "## Interviewer's notes", "## Checks", "## Related"]
-GLUE_ROLE = re.compile(r"\{glue:text\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
 NOTEBOOKS = notebook_paths()
 IDS = [p.relative_to(ROOT).as_posix() for p in NOTEBOOKS]
 
@@ -97,11 +98,28 @@ def _glued_names(cells: list[dict]) -> set[str]:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_glue_defined_and_cited(path):
     cells = _nb(path)["cells"]
-    cited = set(GLUE_ROLE.findall("\n".join(_src(c) for c in cells if c["cell_type"] == "markdown")))
+    prose = "\n".join(_src(c) for c in cells if c["cell_type"] == "markdown")
+    assert "{glue:" not in prose, "cite glued texts as {eval}`glued.NAME` (JupyterLab cannot render {glue:text})"
+    cited = set(cited_names(prose))
     defined = _glued_names(cells)
     assert cited, "prose cites no glued number"
     assert not cited - defined, f"cited but never glued: {sorted(cited - defined)}"
     assert not defined - cited, f"glued but never cited: {sorted(defined - cited)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_citations_stored_for_jupyterlab(path):
+    """Each markdown cell stores the texts its citations show (so Lab shows numbers before a run),
+    equal to the glued texts of the stored run; and the notebook imports ``glued`` itself."""
+    nb = _nb(path)
+    want = copy.deepcopy(nb)
+    store_citations(want)
+    for have_cell, want_cell in zip(nb["cells"], want["cells"], strict=True):
+        assert have_cell["metadata"].get("user_expressions") == want_cell["metadata"].get("user_expressions"), (
+            f"stale citation texts in markdown cell {_src(have_cell)[:60]!r}: run ./book execute")
+    imports = [c for c in nb["cells"] if c["cell_type"] == "code" and re.search(
+        r"from lib\.book\.glue import [^\n]*\bglued\b", _src(c))]
+    assert imports, "the notebook never imports glued (from lib.book.glue import glue, glued)"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

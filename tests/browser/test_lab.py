@@ -1,13 +1,17 @@
-"""JupyterLab in a real browser: open a notebook, run all, move a control of the explorer and see
-the value lib computes for the new input; and follow a book page's open-live link into Lab."""
+"""JupyterLab in a real browser: the prose shows numbers (stored, then live after Run All); run all,
+move a control of the explorer and see the value lib computes for the new input; and follow a book
+page's open-live link into Lab."""
 
 from __future__ import annotations
 
+import json
 import re
 from urllib.parse import urlparse
 
+import pytest
 import yaml
 
+from lib.book.glue import cited_names, glued_texts
 from lib.perf import roofline
 from lib.units import sig
 from tools.notebooks import ROOT
@@ -17,7 +21,8 @@ NOTEBOOK = "chapters/01-roofline/ridge-point.ipynb"
 
 def _open_lab(page, lab, path: str) -> None:
     base, token = lab
-    page.goto(f"{base}/lab/tree/{path}?token={token}", wait_until="domcontentloaded")
+    # reset: start from an empty workspace, not with the notebooks an earlier test left open
+    page.goto(f"{base}/lab/tree/{path}?reset&token={token}", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook", timeout=60000)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90000)
 
@@ -25,6 +30,52 @@ def _open_lab(page, lab, path: str) -> None:
 def _menu(page, menu: str, item: str) -> None:
     page.get_by_role("menuitem", name=menu, exact=True).click()
     page.get_by_role("menuitem", name=item, exact=True).click()
+
+
+def _expand_all(page) -> None:
+    page.locator(".jp-Notebook").first.click()
+    page.keyboard.press("Escape")
+    # the answer headings open collapsed (so an interviewer can share the screen): expand them
+    page.keyboard.press("Control+Shift+ArrowRight")  # Expand All Headings
+    page.wait_for_function("() => !document.querySelector('.jp-collapseHeadingButton.jp-mod-collapsed')")
+
+
+def _prose(page) -> str:
+    return "\n".join(page.locator(".jp-MarkdownCell").all_inner_texts())
+
+
+PLACEHOLDERS = re.compile(r"\{glue|\{eval\}|glued\.")
+
+
+@pytest.mark.parametrize("notebook", ["chapters/01-roofline/ridge-point.ipynb",
+                                      "chapters/02-kv-cache/kv-per-sequence.ipynb"])
+def test_prose_shows_numbers_stored_then_live(page, lab, notebook):
+    """Opened: the prose shows the stored run's numbers. After Run All in a fresh kernel (including
+    sentences above the cell that computes their number): every citation shows the glued text."""
+    nb = json.loads((ROOT / notebook).read_text(encoding="utf-8"))
+    texts = glued_texts(nb)
+    cited = sorted(set(cited_names("\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"))))
+    _open_lab(page, lab, notebook)
+    _expand_all(page)
+    page.wait_for_function("n => [...document.querySelectorAll('.jp-MarkdownCell')].filter(c => c.innerText.trim()).length >= n",
+                           arg=8, timeout=30000)  # jupyterlab-myst renders cells asynchronously
+    prose = _prose(page)
+    assert not PLACEHOLDERS.search(prose), f"placeholder in the prose before running: {PLACEHOLDERS.search(prose).group(0)}"
+    assert texts["ridge" if "ridge" in texts else next(iter(texts))] in prose
+    _menu(page, "Kernel", "Restart Kernel and Run All Cells…")
+    page.get_by_role("button", name="Confirm Kernel Restart").click()
+    page.locator(".jp-OutputArea-output", has_text=re.compile(r"all \d+ checks passed")).first.wait_for(state="attached", timeout=180000)
+    shown_js = ("() => [...document.querySelectorAll('.book-glued')].map(e => "
+                "[[...e.classList].find(c => c.startsWith('glued-')).slice(6), e.innerText])")
+    page.wait_for_function(f"want => new Set(({shown_js})().map(p => p[0])).size >= want", arg=len(cited), timeout=60000)
+    page.wait_for_function(f"() => !({shown_js})().some(p => p[1].trim() === '\u2026')", timeout=30000)
+    shown = page.evaluate(shown_js)
+    assert sorted({name for name, _ in shown}) == cited, "not every citation is live after Run All"
+    wrong = {name: (text, texts.get(name)) for name, text in shown if text != texts.get(name)}
+    assert not wrong, f"live citation differs from the glued text (shown, glued): {wrong}"
+    prose = _prose(page)
+    assert not PLACEHOLDERS.search(prose), f"placeholder in the prose after Run All: {PLACEHOLDERS.search(prose).group(0)}"
+    assert not page.outside_requests, f"requests left 127.0.0.1: {page.outside_requests}"
 
 
 def test_run_all_then_change_an_explorer_input(browser, lab):
@@ -49,11 +100,7 @@ def _run_all_and_change_an_input(page, lab):
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     _open_lab(page, lab, NOTEBOOK)
-    page.locator(".jp-Notebook").first.click()
-    page.keyboard.press("Escape")
-    # the answer headings open collapsed (so an interviewer can share the screen): expand them
-    page.keyboard.press("Control+Shift+ArrowRight")  # Expand All Headings
-    page.wait_for_function("() => !document.querySelector('.jp-collapseHeadingButton.jp-mod-collapsed')")
+    _expand_all(page)
     _menu(page, "Edit", "Clear Outputs of All Cells")  # so the checks verdict below is from this run
     _menu(page, "Run", "Run All Cells")
     page.locator(".jp-OutputArea-output", has_text=re.compile(r"all \d+ checks passed")).first.wait_for(state="attached", timeout=180000)

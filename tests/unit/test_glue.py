@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
@@ -39,3 +40,48 @@ def test_glue_does_not_import_myst_nb_or_sphinx():
             "print(any(m.split('.')[0] in ('myst_nb', 'sphinx') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_citations_name_glued_texts_only():
+    assert book_glue.citation_name(" glued.kv_bytes ") == "kv_bytes"
+    assert book_glue.cited_names("a {eval}`glued.x` b {eval}`glued.y_2`") == ["x", "y_2"]
+    for bad in ("x", "glued.x + 1", "glued.", "__import__('os')", "glued.x.y"):
+        with pytest.raises(ValueError, match="glued.NAME"):
+            book_glue.citation_name(bad)
+
+
+def _nb(markdown: str, glued: dict[str, str]) -> dict:
+    outputs = [{"output_type": "display_data", "data": data, "metadata": meta}
+               for data, meta in (book_glue.glue_output(k, v) for k, v in glued.items())]
+    return {"cells": [{"cell_type": "markdown", "metadata": {}, "source": markdown},
+                      {"cell_type": "code", "metadata": {}, "source": "", "outputs": outputs},
+                      {"cell_type": "markdown", "metadata": {"user_expressions": ["stale"]}, "source": "no citation"}]}
+
+
+def test_store_citations_writes_what_jupyterlab_myst_reads():
+    nb = _nb("R = {eval}`glued.ridge` FLOP/byte at {eval}`glued.n`; again {eval}`glued.ridge`.",
+             {"ridge": "295", "n": "8,192"})
+    book_glue.store_citations(nb)
+    stored = nb["cells"][0]["metadata"]["user_expressions"]
+    assert [(e["expression"], e["result"]["data"]["text/plain"], e["result"]["status"]) for e in stored] == [
+        ("glued.ridge", "295", "ok"), ("glued.n", "8,192", "ok")]
+    assert "user_expressions" not in nb["cells"][2]["metadata"]  # a cell that cites nothing keeps nothing
+
+
+def test_store_citations_refuses_a_name_never_glued():
+    with pytest.raises(ValueError, match="glued.missing"):
+        book_glue.store_citations(_nb("{eval}`glued.missing`", {"other": "1"}))
+
+
+def test_live_citation_follows_glue():
+    """glued.NAME is one widget per name: it shows the pending mark until glued, then each new text."""
+    InteractiveShell.instance()
+    with capture_output():
+        label = book_glue.glued.later_name
+        assert label.value == book_glue.PENDING
+        assert book_glue.glued.later_name is label
+        book_glue.glue("later_name", 8192, lambda v: f"{v:,}")
+        assert label.value == "8,192"
+        book_glue.glue("later_name", "1.5 ms")
+    assert label.value == "1.5 ms" and book_glue.text("later_name") == "1.5 ms"
+    assert "glued-later_name" in label._dom_classes
