@@ -55,7 +55,7 @@ def execute(path: Path, timeout: int = CELL_TIMEOUT_S) -> float:
     fold_answers(nb)
     start = time.perf_counter()
     client = NotebookClient(nb, timeout=timeout, kernel_name=KERNEL, kernel_manager_class=KernelManager,
-                            store_widget_state=True, record_timing=False,
+                            store_widget_state=True, record_timing=False, shutdown_kernel="immediate",
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     store_citations(nb)

@@ -38,7 +38,62 @@ def render(src: Path, out: Path, params: dict) -> None:
     papermill.execute_notebook(str(src), str(out), parameters=params, kernel_name=KERNEL,
                                cwd=str(src.parent), progress_bar=False, log_output=False,
                                start_timeout=KERNEL_START_S, execution_timeout=CELL_TIMEOUT_S,
-                               kernel_manager_class=KernelManager)
+                               kernel_manager_class=KernelManager,
+                               shutdown_kernel="immediate")  # the outputs are in: no 1 s graceful wait
+
+
+class SharedKernel:
+    """One kernel that executes many notebooks with injected parameters, one after the other.
+
+    Starting a kernel and importing numpy, yaml and lib costs about as much as running a whole
+    notebook, so the variant test runs every variant of a worker in one kernel. Before each
+    notebook the kernel's namespace is reset (``%reset -f``: a missing import still fails), the
+    glue record cleared and the working directory set to the notebook's folder; modules stay
+    imported, as they would in a reader's live session. A kernel fault (hung or dead kernel)
+    replaces the kernel. Papermill's own parameter injection is used, so the injected cell is the
+    same as ``./book variant``'s.
+    """
+
+    RESET = ("%reset -f\nimport os as _os, lib.book.glue as _glue\n_glue._GLUED.clear()\n"
+             "_os.chdir({folder!r})\ndel _os, _glue")
+
+    def __init__(self) -> None:
+        self.km = None
+
+    def render(self, src: Path, out: Path, params: dict) -> None:
+        """Like :func:`render`: execute ``src`` with ``params`` into ``out``; raises nbclient's
+        CellExecutionError when a cell fails, and a kernel fault (see tools.kernel) when the kernel
+        hangs or dies (after which the next call starts a fresh kernel)."""
+        import nbformat
+        from nbclient import NotebookClient
+        from papermill.iorw import load_notebook_node
+        from papermill.parameterize import parameterize_notebook
+
+        nb = parameterize_notebook(load_notebook_node(str(src)), params)
+        nb.cells.insert(0, nbformat.v4.new_code_cell(self.RESET.format(folder=str(src.parent))))
+        if self.km is None:
+            self.km = KernelManager(kernel_name=KERNEL)
+        client = NotebookClient(nb, km=self.km, timeout=CELL_TIMEOUT_S, startup_timeout=KERNEL_START_S,
+                                kernel_name=KERNEL, record_timing=True,
+                                resources={"metadata": {"path": str(src.parent)}})
+        try:
+            client.execute()
+        except Exception as err:
+            if is_kernel_fault(err):
+                self.close()
+            raise
+        finally:
+            nb.cells.pop(0)
+            nbformat.write(nb, out)
+
+    def close(self) -> None:
+        """Stop the kernel (if one runs)."""
+        if self.km is not None:
+            from jupyter_client.utils import run_sync
+
+            if self.km.has_kernel:
+                run_sync(self.km.shutdown_kernel)(now=True)
+            self.km = None
 
 
 def main(argv: list[str]) -> int:

@@ -20,13 +20,29 @@ class Verdict:
         return self.message
 
 
+def page_hint(page: str) -> str:
+    """The hint notebook ``page`` keeps for a missed estimate (metadata ``interview.self_check_hint``):
+    kept out of the cell a reader sees before trying, shown only after a wrong estimate."""
+    from lib.book.domain import notebook_metadata
+
+    hint = notebook_metadata(page).get("self_check_hint")
+    if not isinstance(hint, str) or not hint.strip():
+        raise ValueError(f"{page}: the notebook keeps no interview.self_check_hint in its metadata")
+    return hint
+
+
 def self_check(estimate: float | None, answer: float, unit: str = "", rel_tol: float = 0.25,
-               hint: str = "") -> Verdict:
+               hint: str = "", page: str | None = None) -> Verdict:
     """Compare ``estimate`` with ``answer``: within ``rel_tol`` (relative) passes.
 
-    None means "not tried yet". A miss reports the direction and factor, and the hint, but
-    not the answer, so the candidate can try again.
+    None means "not tried yet". A miss reports the direction and factor, and the hint (``hint``,
+    or the one notebook ``page`` keeps in its metadata, see :func:`page_hint`), but not the
+    answer, so the candidate can try again.
     """
+    if page is not None:
+        if hint:
+            raise ValueError("give hint or page, not both")
+        hint = page_hint(page)
     if not rel_tol > 0:
         raise ValueError(f"rel_tol must be > 0, got {rel_tol}")
     if real("answer", answer) == 0:

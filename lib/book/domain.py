@@ -276,13 +276,14 @@ def notebook_path(slug: str) -> Path:
 
 
 @cache
-def _metadata(slug: str) -> dict:
+def notebook_metadata(slug: str) -> dict:
+    """The ``interview`` metadata of chapter notebook ``slug`` (question id, domain, variants, hint...)."""
     return json.loads(notebook_path(slug).read_text(encoding="utf-8"))["metadata"].get("interview", {})
 
 
 def notebook_domain(slug: str) -> dict[str, Domain]:
     """Parameter name -> :data:`Domain`, from the notebook's ``interview.domain`` metadata."""
-    meta = _metadata(slug)
+    meta = notebook_metadata(slug)
     if "domain" not in meta:
         raise ValueError(f"{slug}: the notebook declares no interview.domain")
     explorer_domains = None
@@ -295,7 +296,7 @@ def notebook_domain(slug: str) -> dict[str, Domain]:
 
 def declared_variants(slug: str) -> list[dict]:
     """The parameter sets the notebook is tested with besides its defaults (``interview.variants``)."""
-    return list(_metadata(slug).get("variants", []))
+    return list(notebook_metadata(slug).get("variants", []))
 
 
 class ParameterError(ValueError):

@@ -74,3 +74,39 @@ def test_only_kernel_faults_earn_a_retry():
     assert not is_kernel_fault(RuntimeError("some other runtime error"))
     assert not is_kernel_fault(ValueError("tp=3 cannot shard"))
     assert not is_kernel_fault(TimeoutError("a timeout raised by the notebook's code"))
+
+
+def test_shared_kernel_resets_between_notebooks(tmp_path):
+    """The variant runner reuses one kernel: the second notebook must not see the first one's
+    names or glued texts, and it runs in its own folder."""
+    import nbformat
+    from nbclient.exceptions import CellExecutionError
+
+    from tools.variant import SharedKernel
+
+    def notebook(folder, *sources):
+        folder.mkdir()
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.cells = [nbformat.v4.new_code_cell("X = 1", metadata={"tags": ["parameters"]})]
+        nb.cells += [nbformat.v4.new_code_cell(s) for s in sources]
+        path = folder / "n.ipynb"
+        nbformat.write(nb, path)
+        return path
+
+    first = notebook(tmp_path / "a", "import numpy as np\nfrom lib.book.glue import glue\nglue('g', 'x')\nprint(X)")
+    second = notebook(tmp_path / "b", "import os\nprint(os.getcwd())", "from lib.book.glue import show\nshow('g')")
+    third = notebook(tmp_path / "c", "np.zeros(1)")
+    kernel = SharedKernel()
+    try:
+        kernel.render(first, tmp_path / "out1.ipynb", {"X": 7})
+        printed = "".join(o.get("text", "") for o in nbformat.read(tmp_path / "out1.ipynb", 4).cells[-1].outputs)
+        assert printed.strip() == "7"  # the injected X
+        with pytest.raises(CellExecutionError, match="not glued yet"):
+            kernel.render(second, tmp_path / "out2.ipynb", {})
+        cwd = nbformat.read(tmp_path / "out2.ipynb", 4).cells[2].outputs[0]["text"].strip()
+        assert cwd == str(tmp_path / "b")
+        with pytest.raises(CellExecutionError, match="NameError"):
+            kernel.render(third, tmp_path / "out3.ipynb", {})
+    finally:
+        kernel.close()

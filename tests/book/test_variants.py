@@ -1,4 +1,5 @@
-"""Every notebook also runs, checks included, with parameters other than its defaults (papermill).
+"""Every notebook also runs, checks included, with parameters other than its defaults (papermill's
+injection; one kernel per test worker runs them in turn, reset between notebooks).
 
 Each notebook's ``interview.variants`` metadata lists at least two parameter sets inside its
 declared domain, far from the defaults (another vendor, an MoE or MLA model, another dtype or TP);
@@ -21,7 +22,7 @@ import pytest
 from lib.book.domain import declared_variants
 from tools.kernel import is_kernel_fault
 from tools.notebooks import ROOT, notebook_paths
-from tools.variant import render
+from tools.variant import SharedKernel
 from tools.variants import checks_passed
 
 SLOW_RUN_S = 60  # every notebook runs in seconds; past this the run's timing is reported
@@ -33,26 +34,44 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def kernel():
+    """One kernel per test worker, shared by its variant runs (tools.variant.SharedKernel)."""
+    shared = SharedKernel()
+    yield shared
+    shared.close()
+
+
+def _cell_seconds(cell: dict) -> float:
+    timing = cell["metadata"].get("execution", {})
+    start, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+    if not (start and end):
+        return 0.0
+    from datetime import datetime
+
+    return (datetime.fromisoformat(end.rstrip("Z")) - datetime.fromisoformat(start.rstrip("Z"))).total_seconds()
+
+
 @pytest.mark.parametrize(("path", "variant"), CASES)
-def test_notebook_passes_its_checks_with_other_parameters(path, variant, tmp_path):
+def test_notebook_passes_its_checks_with_other_parameters(path, variant, tmp_path, kernel):
     out = tmp_path / path.name
     start = time.perf_counter()
     try:
-        render(path, out, variant)
+        kernel.render(path, out, variant)
     except Exception as fault:
         if not is_kernel_fault(fault):
             raise
         warnings.warn(f"{path.name} with {variant}: kernel fault ({type(fault).__name__}: {fault}); "
                       "retrying once in a fresh kernel", stacklevel=1)
         start = time.perf_counter()
-        render(path, out, variant)
+        kernel.render(path, out, variant)
     wall = time.perf_counter() - start
     nb = json.loads(out.read_text(encoding="utf-8"))
     if wall > SLOW_RUN_S:
-        cells = [(c["metadata"].get("papermill", {}).get("duration") or 0.0, i) for i, c in enumerate(nb["cells"])]
+        cells = [(_cell_seconds(c), i) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"]
         slowest, index = max(cells)
         warnings.warn(f"{path.name} with {variant} took {wall:.0f} s: {sum(d for d, _ in cells):.0f} s in cells "
-                      f"(slowest: cell {index}, {slowest:.0f} s), the rest starting and stopping the kernel",
+                      f"(slowest: cell {index}, {slowest:.0f} s), the rest in the kernel's start or reset",
                       stacklevel=1)
     injected = "".join(next(c["source"] for c in nb["cells"]
                             if "injected-parameters" in c["metadata"].get("tags", [])))

@@ -98,3 +98,18 @@ def test_prefill_explorer_times_match_lib_with_an_fp8_kv_cache():
     assert est.bound == "memory" and view.values["floor_s"] == est.time_s
     assert view.values["prefill_s"] == prefill.prefill_time(dep, 64, mfu=0.5).time_s
     assert est.time_s < prefill.prefill_estimate("llama-3.1-70b", "h100-sxm", 64, 8, 0.5).time_s
+
+
+def test_self_check_hint_comes_from_the_page_metadata(monkeypatch):
+    """page= shows the notebook's interview.self_check_hint after a miss, never before trying."""
+    from lib.book import domain
+
+    monkeypatch.setattr(domain, "notebook_metadata", lambda slug: {"self_check_hint": f"hint of {slug}"})
+    assert "hint of p" in self_check(50, 5.27, "ms", page="p").message
+    assert "hint of" not in self_check(None, 5.27, "ms", page="p").message
+    assert "hint of" not in self_check(5.27, 5.27, "ms", page="p").message
+    with pytest.raises(ValueError, match="hint or page"):
+        self_check(50, 5.27, hint="h", page="p")
+    monkeypatch.setattr(domain, "notebook_metadata", lambda slug: {})
+    with pytest.raises(ValueError, match="self_check_hint"):
+        self_check(50, 5.27, page="p")
