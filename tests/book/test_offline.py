@@ -53,3 +53,22 @@ def test_glued_numbers_rendered_in_pages():
     _pages()
     page = (HTML / "chapters" / "01-roofline" / "ridge-point.html").read_text(encoding="utf-8")
     assert "glue:text" not in page and "papermill.record" not in page
+
+
+def test_book_styles_and_script_are_served_locally():
+    """The book's own stylesheet and script (_ext/static, served by _ext/live_study.py) are in the
+    build and every page links them from _static, not from a remote host."""
+    bad = []
+    for page in _pages():
+        rel = page.relative_to(HTML).as_posix()
+        if rel.startswith(("_", "assets/")):
+            continue
+        text = page.read_text(encoding="utf-8", errors="replace")
+        if 'http-equiv="Refresh"' in text:  # index.html only redirects to intro.html
+            continue
+        if not re.search(r'href="(\.\./)*_static/live-study\.css', text) or \
+                not re.search(r'src="(\.\./)*_static/live-study\.js', text):
+            bad.append(rel)
+    assert not bad, f"pages without the book's stylesheet or script: {bad[:5]}"
+    for rel in ("_static/live-study.css", "_static/live-study.js"):
+        assert (HTML / rel).is_file(), f"{rel} missing from the built book"

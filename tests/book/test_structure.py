@@ -163,7 +163,7 @@ def test_each_notebook_id_is_unique():
 def test_interviewer_indexes_are_current():
     from tools.indexes import main
 
-    assert main(["--check"]) == 0, "interviewer-index.md / coding-index.md are stale: run python -m tools.indexes"
+    assert main(["--check"]) == 0, "a generated page is stale (the indexes, intro.md's section list or a reading order): run python -m tools.indexes"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

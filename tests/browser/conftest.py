@@ -25,6 +25,7 @@ CHROMIUM = Path(os.environ.get("BOOK_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 HTML = ROOT / "_build" / "html"
+PHONE = {"width": 390, "height": 844}
 
 
 def free_port() -> int:
@@ -111,6 +112,21 @@ def _shared_page(browser):
     context.close()
 
 
+@pytest.fixture(scope="session")
+def _shared_phone_page(browser):
+    context, pg = open_guarded_page(browser, viewport=PHONE, is_mobile=True, has_touch=True, device_scale_factor=3)
+    yield pg
+    context.close()
+
+
+@pytest.fixture
+def phone_page(_shared_phone_page):
+    """Like ``book_page``, in a phone's viewport (390x844, touch, mobile layout)."""
+    _shared_phone_page.console_errors.clear()
+    _shared_phone_page.outside_requests.clear()
+    return _shared_phone_page
+
+
 @pytest.fixture
 def book_page(_shared_page):
     """One guarded page reused across tests (pages of the static book visit it in turn, about a
@@ -120,9 +136,9 @@ def book_page(_shared_page):
     return _shared_page
 
 
-def open_guarded_page(browser):
+def open_guarded_page(browser, viewport=None, **options):
     """(context, page): the page records console errors and aborts requests leaving 127.0.0.1."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=viewport or {"width": 1280, "height": 900}, **options)
     pg = context.new_page()
     pg.console_errors, pg.outside_requests = [], []
     pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
