@@ -3,8 +3,10 @@
 Packages, by domain: :mod:`lib.registry` (GPUs, models, dtypes and the one assumptions file,
 loaded from ``data/``); :mod:`lib.perf` (the performance model: the Deployment record, roofline
 bounds, the decode step, prefill, memory capacity, collectives, energy, and their views);
-:mod:`lib.kvcache` (paged allocator, prefix caches, tiering); :mod:`lib.numerics` (number
-formats); :mod:`lib.book` (glue, self-check, widgets, figures); :mod:`lib.explorers` (the views
+:mod:`lib.kvcache` (paged allocator, prefix caches, tiering); :mod:`lib.attention` (attention
+as reference code: naive, online softmax, tiled forward/backward, KV cache, split-KV, HBM traffic);
+:mod:`lib.scheduling` (the discrete-event simulator of one serving replica and queueing closed
+forms); :mod:`lib.numerics` (number formats); :mod:`lib.book` (glue, self-check, widgets, figures); :mod:`lib.explorers` (the views
 behind the notebooks' widgets). Two small modules serve all of them: :mod:`lib.units` (unit
 constants and every piece of formatting) and :mod:`lib.inputs` (input validation).
 
