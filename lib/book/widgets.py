@@ -6,8 +6,8 @@ A view function lives in ``lib/explorers/<section>.py`` and registers itself wit
 domain points at these declarations (:mod:`lib.book.domain`). Tests and the benchmark find every explorer through :func:`registry`.
 In a notebook, ``explore("roofline.decode_floor", model=MODEL, ...)`` shows the controls and
 the view; a ``ValueError`` from the function is shown as a plain message, never a traceback.
-ipywidgets is imported only when used; figures are :mod:`lib.book.svgplot` SVG (fast enough to redraw
-on every change).
+ipywidgets is imported only when used; figures are matplotlib, one persistent figure per explorer
+updated in place and rendered to SVG (:mod:`lib.book.figures`), fast enough to redraw on every change.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from lib.book.domain import Choice, Domain, FloatRange, IntRange, Text  # noqa: 
 
 @dataclass
 class View:
-    """A small table (label, value) and an optional :class:`lib.book.svgplot.Figure`, with a one-line note."""
+    """A small table (label, value) and an optional figure (a :class:`lib.book.figures.Drawing`:
+    anything with ``svg()``), with a one-line note."""
 
     title: str
     rows: list[tuple[str, str]]

@@ -14,10 +14,11 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import numpy as np
 
-from lib.book.svgplot import Rectangle, subplots
+from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, Text, View, explorer
 from lib.kvcache import (
     BlockAllocator,
@@ -60,6 +61,7 @@ OPS = (
     "free B",
     "free C",
 )
+MAX_BLOCKS = 12  # the step-through explorer's largest pool
 _BASE = {"A": 100, "B": 200, "C": 300}  # appended tokens: A writes 100, 101, ...; B 200, ...
 
 
@@ -186,7 +188,7 @@ def _describe_effect(alloc, op: Op, before: dict) -> str:
 @explorer(
     "kvcache.block_allocator_ops",
     allocator=Choice(tuple(ALLOCATORS), label="allocator"),
-    num_blocks=IntRange(2, 12, label="blocks in the pool"),
+    num_blocks=IntRange(2, MAX_BLOCKS, label="blocks in the pool"),
     block_size=IntRange(1, 8, label="tokens per block"),
     program=Text(PROGRAMS, label="program (ops separated by ';', or 'ops 1-6 below' for the menus)"),
     prompt_tokens=IntRange(0, 24, label="prompt tokens (allocate)"),
@@ -258,32 +260,12 @@ def _allocator_view(alloc, shadow: dict, rows: list, allocator: str, num_blocks:
     rows.append(("ownership oracle", "ok" if not own else "; ".join(own)))
     rows.append(("content oracle", "ok" if not con else "; ".join(con)))
 
-    fig, (ax,) = subplots(6.4, 2.4)
     holders: dict[int, list[str]] = {}
     for seq in alloc.seq_ids():
         for block in alloc.block_table(seq):
             holders.setdefault(block, []).append(str(seq))
-    colors = {0: "#dddddd", 1: "#9ecae1"}
-    for block in range(num_blocks):
-        ref = refs[block]
-        ax.add_patch(
-            _rect(
-                block,
-                colors.get(ref, "#fdae6b"),
-                "red" if ref != len(holders.get(block, [])) else "k",
-            )
-        )
-        slots = alloc.read_block(block)
-        shown = [str(t) if t is not None else "." for t in slots]
-        ax.text(block + 0.5, 0.62, "\n".join(_chunks(shown)), ha="center", va="center", fontsize=6)
-        ax.text(block + 0.5, -0.15, f"#{block}\nrc={ref}", ha="center", va="top", fontsize=7)
-        ax.text(
-            block + 0.5, 1.12, ",".join(holders.get(block, [])) or "free", ha="center", fontsize=7
-        )
-    ax.set_xlim(-0.1, num_blocks + 0.1)
-    ax.set_ylim(-0.75, 1.35)
-    ax.axis("off")
-    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.98)
+    blocks = [(refs[b], holders.get(b, []), alloc.read_block(b)) for b in range(num_blocks)]
+    fig = _POOL_FIGURE(blocks)
     return View(
         f"{allocator}: {num_blocks} blocks x {block_size} tokens",
         rows,
@@ -297,10 +279,6 @@ def _allocator_view(alloc, shadow: dict, rows: list, allocator: str, num_blocks:
             "content_problems": float(len(con)),
         },
     )
-
-
-def _rect(x: float, color: str, edge: str):
-    return Rectangle((x + 0.05, 0.05), 0.9, 1.0, facecolor=color, edgecolor=edge, lw=1.2)
 
 
 def _chunks(items: list[str], width: int = 2) -> list[str]:
@@ -372,18 +350,8 @@ def defect_replay(
         rows.append(
             (f"{name} oracle", "never fired" if at is None else f"first fires after op {at}")
         )
-    fig, (ax,) = subplots(6.0, 2.4)
-    xs = np.arange(len(free_used))
     fu = np.array(free_used)
-    ax.step(xs, fu[:, 0], where="post", label="free")
-    ax.step(xs, fu[:, 1], where="post", label="used")
-    ax.step(xs, fu.sum(axis=1), where="post", label="free + used", lw=2)
-    ax.axhline(num_blocks, color="grey", ls="--", lw=1, label="total")
-    ax.set_xlabel("operations applied")
-    ax.set_ylabel("blocks")
-    ax.set_ylim(-0.3, num_blocks + 0.8)
-    ax.legend(fontsize=7, ncol=4, loc="lower left")
-    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.2, top=0.96)
+    fig = _REPLAY_FIGURE(fu, num_blocks)
     return View(
         f"{variant}: {program} on {num_blocks} x {block_size}",
         rows,
@@ -454,13 +422,7 @@ def block_sharing(
         xlabel = "requests admitted (each fully written)"
     else:
         raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}")
-    fig, (ax,) = subplots(6.0, 2.8)
-    ax.plot(x, unshared, label="without sharing")
-    ax.plot(x, shared, label="with sharing (CoW)")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("blocks in use")
-    ax.legend(fontsize=7)
-    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.17, top=0.96)
+    fig = _SHARING_FIGURE(x, unshared, shared, xlabel)
     avg = bs.time_averaged_saving(shared, unshared) if np.sum(unshared) else 0.0
     cost = bs.misaligned_prompt_cost(p, n, b, per_token)
     rows = [
@@ -521,25 +483,8 @@ def paged_waste(
     s = pw.waste_summary(lengths, block_size, max_tokens)
     sizes = [2**i for i in range(9)]
     sim = [pw.waste_summary(lengths, bs, max_tokens).mean_waste_tokens("paged") for bs in sizes]
-    fig, (ax1, ax2) = subplots(7.2, 2.8, 2)
-    ax1.loglog(
-        sizes,
-        [max(pw.uniform_residue_waste_tokens(bs), 0.1) for bs in sizes],
-        "--",
-        label="(B-1)/2",
-    )
-    ax1.loglog(sizes, [max(v, 0.1) for v in sim], "o", ms=3, label="simulated")
-    ax1.loglog(sizes, [max(bs - 1, 0.1) for bs in sizes], ":", label="bound B-1")
-    ax1.axvline(block_size, color="red", lw=0.8)
-    ax1.set_xlabel("block size (tokens)")
-    ax1.set_ylabel("waste per sequence (tokens)")
-    ax1.minorticks_off()
-    ax1.legend(fontsize=7)
     schemes = ["paged", "contiguous_pow2", "contiguous_max"]
-    ax2.bar(["paged", "pow2", "max"], [s.utilization(k) for k in schemes], color=["C0", "C1", "C3"])
-    ax2.set_ylim(0, 1)
-    ax2.set_ylabel("slots holding a token")
-    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.17, top=0.96, wspace=0.3)
+    fig = _WASTE_FIGURE(sizes, sim, block_size, [s.utilization(k) for k in schemes])
     rows = [
         ("KV bytes per token", fmt_bytes(per_token, "KiB")),
         ("mean sequence (simulated)", f"{sig(s.mean_tokens)} tokens"),
@@ -578,3 +523,132 @@ def paged_waste(
             "util_max": s.utilization("contiguous_max"),
         },
     )
+
+
+# ---- figures (one persistent matplotlib figure per explorer, lib.book.figures) -----------------
+
+_REF_COLORS = {0: "#dddddd", 1: "#9ecae1"}  # refcount 0 free, 1 one owner; more: shared (orange)
+
+
+def _pool_build(fig) -> SimpleNamespace:
+    from matplotlib.patches import Patch, Rectangle
+
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.98)
+    ax = fig.add_subplot()
+    a = SimpleNamespace(ax=ax, blocks=[])
+    for b in range(MAX_BLOCKS):
+        a.blocks.append(SimpleNamespace(
+            rect=ax.add_patch(Rectangle((b + 0.05, 0.05), 0.9, 1.0, lw=1.2)),
+            slots=ax.text(b + 0.5, 0.62, "", ha="center", va="center", fontsize=6),
+            ref=ax.text(b + 0.5, -0.15, "", ha="center", va="top", fontsize=7),
+            holders=ax.text(b + 0.5, 1.12, "", ha="center", fontsize=7)))
+    ax.set_ylim(-1.05, 1.35)
+    ax.axis("off")
+    kinds = [Patch(facecolor=_REF_COLORS[0], edgecolor="k", label="free"),
+             Patch(facecolor=_REF_COLORS[1], edgecolor="k", label="one owner"),
+             Patch(facecolor="#fdae6b", edgecolor="k", label="shared"),
+             Patch(facecolor="white", edgecolor="red", label="refcount != holders")]
+    ax.legend(handles=kinds, fontsize=7, ncol=4, loc="lower center", frameon=False)
+    return a
+
+
+def _pool_draw(a: SimpleNamespace, blocks: list) -> None:
+    """``blocks``: (refcount, holders, token slots) per block of the pool."""
+    for i, art in enumerate(a.blocks):
+        shown = i < len(blocks)
+        for item in (art.rect, art.slots, art.ref, art.holders):
+            item.set_visible(shown)
+        if not shown:
+            continue
+        ref, holders, slots = blocks[i]
+        art.rect.set_facecolor(_REF_COLORS.get(ref, "#fdae6b"))
+        art.rect.set_edgecolor("red" if ref != len(holders) else "k")
+        art.slots.set_text("\n".join(_chunks([str(t) if t is not None else "." for t in slots])))
+        art.ref.set_text(f"#{i}\nrc={ref}")
+        art.holders.set_text(",".join(holders) or "free")
+    a.ax.set_xlim(-0.1, len(blocks) + 0.1)
+
+
+_POOL_FIGURE = figures.LiveFigure(6.4, 2.4, _pool_build, _pool_draw)
+
+
+def _replay_build(fig) -> SimpleNamespace:
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.2, top=0.96)
+    ax = fig.add_subplot()
+    a = SimpleNamespace(ax=ax)
+    a.free, = ax.step([], [], where="post", label="free")
+    a.used, = ax.step([], [], where="post", label="used")
+    a.both, = ax.step([], [], where="post", label="free + used", lw=2)
+    a.total = ax.axhline(1.0, color="grey", ls="--", lw=1, label="total")
+    ax.set_xlabel("operations applied")
+    ax.set_ylabel("blocks")
+    ax.legend(handles=[a.free, a.used, a.both, a.total], fontsize=7, ncol=4, loc="lower left")
+    return a
+
+
+def _replay_draw(a: SimpleNamespace, free_used, num_blocks: int) -> None:
+    xs = np.arange(len(free_used))
+    a.free.set_data(xs, free_used[:, 0])
+    a.used.set_data(xs, free_used[:, 1])
+    a.both.set_data(xs, free_used.sum(axis=1))
+    a.total.set_ydata([num_blocks, num_blocks])
+    a.ax.set_xlim(-0.2, max(len(free_used) - 1, 1) + 0.2)
+    a.ax.set_ylim(-0.3, num_blocks + 0.8)
+
+
+_REPLAY_FIGURE = figures.LiveFigure(6.0, 2.4, _replay_build, _replay_draw)
+
+
+def _sharing_build(fig) -> SimpleNamespace:
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.17, top=0.96)
+    ax = fig.add_subplot()
+    a = SimpleNamespace(ax=ax)
+    a.unshared, = ax.plot([], [], label="without sharing")
+    a.shared, = ax.plot([], [], label="with sharing (CoW)")
+    ax.set_ylabel("blocks in use")
+    ax.legend(handles=[a.unshared, a.shared], fontsize=7)
+    return a
+
+
+def _sharing_draw(a: SimpleNamespace, x, unshared, shared, xlabel: str) -> None:
+    a.unshared.set_data(x, unshared)
+    a.shared.set_data(x, shared)
+    a.ax.set_xlabel(xlabel)
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+
+
+_SHARING_FIGURE = figures.LiveFigure(6.0, 2.8, _sharing_build, _sharing_draw)
+
+
+def _waste_build(fig) -> SimpleNamespace:
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.17, top=0.96, wspace=0.3)
+    ax1, ax2 = fig.subplots(1, 2)
+    figures.log_scale(ax1)
+    a = SimpleNamespace(ax1=ax1, ax2=ax2)
+    a.closed, = ax1.plot([], [], "--", label="(B-1)/2")
+    a.sim, = ax1.plot([], [], "o", ms=3, label="simulated")
+    a.bound, = ax1.plot([], [], ":", label="bound B-1")
+    a.block = ax1.axvline(1.0, color="red", lw=0.8, label="this block size")
+    ax1.set_xlabel("block size (tokens)")
+    ax1.set_ylabel("waste per sequence (tokens)")
+    ax1.legend(handles=[a.closed, a.sim, a.bound, a.block], fontsize=7)
+    a.util = ax2.bar(["paged", "pow2", "max"], [0, 0, 0], color=["C0", "C1", "C3"])
+    ax2.set_ylim(0, 1)
+    ax2.set_ylabel("slots holding a token")
+    return a
+
+
+def _waste_draw(a: SimpleNamespace, sizes: list[int], simulated: list[float], block_size: int,
+                utilization: list[float]) -> None:
+    a.closed.set_data(sizes, [max(pw.uniform_residue_waste_tokens(b), 0.1) for b in sizes])
+    a.sim.set_data(sizes, [max(v, 0.1) for v in simulated])
+    a.bound.set_data(sizes, [max(b - 1, 0.1) for b in sizes])
+    a.block.set_xdata([block_size, block_size])
+    a.ax1.relim(visible_only=True)
+    a.ax1.autoscale_view()
+    for bar, u in zip(a.util, utilization, strict=True):
+        bar.set_height(u)
+
+
+_WASTE_FIGURE = figures.LiveFigure(7.2, 2.8, _waste_build, _waste_draw)

@@ -4,9 +4,11 @@ real GPUs (I017) and tensor parallelism past the KV-head count (I107)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
-from lib.book.svgplot import figure
+from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.kvcache import long_context as lc
 from lib.perf import memory as mem
@@ -26,10 +28,6 @@ COLORS = {
     mem.HEADROOM: "#c44e52",
     "remainder": "#55a868",
 }
-
-
-def _figure(width: float = 6.0, height: float = 3.0):
-    return figure(width, height, bottom=0.18, left=0.13, right=0.97, top=0.95)
 
 
 def _compute_dtype(weight_dtype: str) -> str:
@@ -54,16 +52,8 @@ def kv_per_sequence(model: str, kv_dtype: str, weight_dtype: str, context: int) 
         m.num_layers, wrong_heads, m.head_dim, bytes_per_element(kv_dtype)
     )
     xs = np.unique(np.geomspace(1024, max(2 * context, 262144), 40).astype(int))
-    fig, ax = _figure(6.0, 3.0)
-    ax.loglog(xs, xs * per_token / 1e9, label="KV per sequence")
-    if not m.is_mla:
-        ax.loglog(xs, xs * wrong / context / 1e9, ls="--", label="with query heads (wrong)")
-    ax.axhline(weights / 1e9, color="black", lw=1, label=f"weights ({weight_dtype})")
-    ax.axvline(context, color="red", lw=1)
-    ax.set_xlabel("context tokens")
-    ax.set_ylabel("GB")
-    ax.minorticks_off()
-    ax.legend(fontsize=7)
+    wrong_gb = None if m.is_mla else xs * wrong / context / 1e9
+    fig = _KV_FIGURE(xs, xs * per_token / 1e9, wrong_gb, weights / 1e9, weight_dtype, context)
     rows = [
         ("KV per token", fmt_bytes(per_token, "KiB")),
         ("KV per sequence", fmt_bytes(per_seq)),
@@ -128,16 +118,7 @@ def long_context(
         [pf.prefill_time(dep, int(x), mfu=mfu).time_s for x in xs]
     )
     shares = np.array([lc.admission_share(budget, int(x)) for x in xs])
-    fig, ax = _figure(6.0, 3.2)
-    ax.loglog(xs, seqs / target_sequences, label="capacity: sequences / needed")
-    ax.loglog(xs, ttft_slo_s / ttft, label="TTFT: SLO / prefill time")
-    ax.loglog(xs, share / shares, label="scheduler: free slack / one request")
-    ax.axhline(1.0, color="black", lw=1)
-    ax.axvline(context, color="red", lw=1)
-    ax.set_xlabel("context tokens")
-    ax.set_ylabel("margin (breaks below 1)")
-    ax.minorticks_off()
-    ax.legend(fontsize=7)
+    fig = _LONG_FIGURE(xs, seqs / target_sequences, ttft_slo_s / ttft, share / shares, context)
     est = pf.prefill_time(dep, context, mfu=mfu)
     chunk = min(budget.max_num_batched_tokens, context)
     last_step = lc.prefill_chunk_step_s(dep, chunk, max(0, context - chunk), 0, mfu)
@@ -166,39 +147,6 @@ def long_context(
             "prefill_s": est.time_s,
         },
     )
-
-
-def _budget_figure(b: mem.MemoryBudget):
-    fig, ax = _figure(6.2, 2.2)
-    left = 0.0
-    for name, value, view in b.table():
-        ax.barh([0], [value / 1e9], left=left, height=0.9, color=COLORS[view], edgecolor="white")
-        if value / b.visible_bytes > 0.1:
-            ax.text(
-                left + value / 2e9,
-                0,
-                name.replace("_", " "),
-                ha="center",
-                va="center",
-                fontsize=7,
-                color="white",
-            )
-        left += value / 1e9
-    ax.axvline(b.requested_bytes / 1e9, color="black", ls="--", lw=1)
-    ax.axvline(b.visible_bytes / 1e9, color="black", lw=1.5)
-    ax.set_yticks([])
-    ax.set_ylim(-0.5, 0.5)
-    ax.set_xlabel("GB per GPU (dashed: utilization limit; solid: visible memory)")
-    for label, color in (
-        ("measured", COLORS[mem.MEASURED]),
-        ("estimated", COLORS[mem.ESTIMATED]),
-        ("headroom (not counted)", COLORS[mem.HEADROOM]),
-        ("KV cache", COLORS["remainder"]),
-    ):
-        ax.bar([0], [0], color=color, label=label)
-    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.42))
-    fig.subplots_adjust(bottom=0.48, top=0.97)
-    return fig
 
 
 @explorer(
@@ -251,7 +199,7 @@ def memory_budget(
     return View(
         f"{b.model_key} on {tp}x {b.gpu_key}",
         rows,
-        _budget_figure(b),
+        _BUDGET_FIGURE(b, layout=(len(b.table()),)),
         note=note,
         values={"kv": b.kv_cache_bytes, "blocks": b.num_blocks, "margin": b.headroom_margin_bytes},
     )
@@ -297,13 +245,7 @@ def memory_beyond(
         sampler_bytes_per_entry=per_entry,
     )
     items = [(k, v, b.engine_view[k]) for k, v in b.components.items() if k != "weights"]
-    fig, ax = _figure(6.0, 2.8)
-    names = [k.replace("_", " ") for k, _, _ in items]
-    ax.barh(names, [v / GiB for _, v, _ in items], color=[COLORS[view] for _, _, view in items])
-    ax.invert_yaxis()
-    ax.set_xlabel("GiB per GPU (blue measured, orange estimated, red headroom)")
-    ax.tick_params(labelsize=8)
-    fig.subplots_adjust(left=0.3)
+    fig = _BEYOND_FIGURE(items, layout=(len(items),))
     total = sum(v for _, v, _ in items)
     rows = [(f"{k.replace('_', ' ')} ({view})", fmt_bytes(v, "GiB")) for k, v, view in items]
     rows += [
@@ -354,10 +296,9 @@ def gqa_vs_mla(
     if n_gpus % tp:
         raise ValueError(f"tensor parallel {tp} must divide the {n_gpus} GPUs")
     layouts = (("TP", {}), ("TP + DCP", {"dcp": "max"}), ("DP attention", {"dp_attention": True}))
-    fig, ax = _figure(6.0, 2.8)
     rows, values = [], {}
-    width = 0.38
-    for j, (key, wdt) in enumerate(((gqa_model, gqa_weight_dtype), (mla_model, mla_weight_dtype))):
+    sequences = {}
+    for key, wdt in ((gqa_model, gqa_weight_dtype), (mla_model, mla_weight_dtype)):
         m = models.model(key)
         rows.append((f"{key} KV per token", fmt_bytes(m.kv_bytes_per_token(kv_dtype), "KB")))
         heights = []
@@ -387,10 +328,8 @@ def gqa_vs_mla(
                     f"{fmt_bytes(d.wasted_bytes_total)} duplicated",
                 )
             )
-        ax.bar(np.arange(3) + (j - 0.5) * width, heights, width, label=key)
-    ax.set_xticks(np.arange(3), [n for n, _ in layouts])
-    ax.set_ylabel(f"sequences of {context:,} tokens")
-    ax.legend(fontsize=7)
+        sequences[key] = heights
+    fig = _GQA_FIGURE([n for n, _ in layouts], sequences, context)
     return View(f"{n_gpus}x {gpu} at TP{tp}, KV in {kv_dtype}", rows, fig, values=values)
 
 
@@ -421,7 +360,6 @@ def tp_past_kv_heads(
             (f"TP{h} x PP{rest}", dict(tp=h, pp=rest)),
             (f"TP{n_gpus} + DCP{rest}", dict(tp=n_gpus, dcp=rest)),
         ]
-    fig, ax = _figure(6.0, 2.8)
     rows, labels, heights, values = [], [], [], {}
     for name, kw in candidates:
         if n_gpus % (kw["tp"] * kw.get("pp", 1)) or m.num_attention_heads % kw["tp"]:
@@ -444,12 +382,182 @@ def tp_past_kv_heads(
         )
     if not labels:
         raise ValueError(f"no layout of {m.key} fits on {n_gpus}x {gpu} in {weight_dtype}")
-    ax.barh(labels, heights)
-    ax.invert_yaxis()
-    ax.set_xlabel("million tokens of KV the GPUs hold")
-    ax.tick_params(labelsize=8)
-    fig.subplots_adjust(left=0.3)
+    fig = _LAYOUTS_FIGURE(labels, heights, layout=(max(_LAYOUT_ROWS, len(labels)),))
     return View(f"{m.key} on {n_gpus}x {gpu} ({h} KV heads)", rows, fig, values=values)
+
+
+# ---- figures (one persistent matplotlib figure per explorer, lib.book.figures) -----------------
+
+
+def _margins(fig, bottom: float = 0.18) -> None:
+    fig.subplots_adjust(bottom=bottom, left=0.13, right=0.97, top=0.95)
+
+
+def _kv_build(fig) -> SimpleNamespace:
+    _margins(fig)
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    a = SimpleNamespace(ax=ax)
+    a.kv, = ax.plot([], [], label="KV per sequence")
+    a.wrong, = ax.plot([], [], ls="--", label="with query heads (wrong)")
+    a.weights = ax.axhline(1.0, color="black", lw=1)
+    a.context = ax.axvline(1.0, color="red", lw=1, label="this context")
+    ax.set_xlabel("context tokens")
+    ax.set_ylabel("GB")
+    return a
+
+
+def _kv_draw(a: SimpleNamespace, xs, kv_gb, wrong_gb, weights_gb: float, weight_dtype: str, context: int) -> None:
+    a.kv.set_data(xs, kv_gb)
+    a.wrong.set_visible(wrong_gb is not None)  # MLA caches one latent: no query-heads mistake
+    a.wrong.set_data(xs, kv_gb if wrong_gb is None else wrong_gb)
+    a.weights.set_ydata([weights_gb, weights_gb])
+    a.weights.set_label(f"weights ({weight_dtype})")
+    a.context.set_xdata([context, context])
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [a.kv, a.wrong, a.weights, a.context], fontsize=7)
+
+
+_KV_FIGURE = figures.LiveFigure(6.0, 3.0, _kv_build, _kv_draw)
+
+
+def _long_build(fig) -> SimpleNamespace:
+    _margins(fig)
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    a = SimpleNamespace(ax=ax)
+    a.margins = [ax.plot([], [], label=label)[0] for label in (
+        "capacity: sequences / needed", "TTFT: SLO / prefill time", "scheduler: free slack / one request")]
+    a.one = ax.axhline(1.0, color="black", lw=1, label="breaks below 1")
+    a.context = ax.axvline(1.0, color="red", lw=1, label="this context")
+    ax.set_xlabel("context tokens")
+    ax.set_ylabel("margin (breaks below 1)")
+    return a
+
+
+def _long_draw(a: SimpleNamespace, xs, capacity, ttft, scheduler, context: int) -> None:
+    for line, ys in zip(a.margins, (capacity, ttft, scheduler), strict=True):
+        line.set_data(xs, ys)
+    a.context.set_xdata([context, context])
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [*a.margins, a.one, a.context], fontsize=7)
+
+
+_LONG_FIGURE = figures.LiveFigure(6.0, 3.2, _long_build, _long_draw)
+
+_BUDGET_KINDS = (("measured", mem.MEASURED), ("estimated", mem.ESTIMATED), ("headroom (not counted)", mem.HEADROOM),
+                 ("KV cache", "remainder"))
+
+
+def _budget_build(fig, n: int) -> SimpleNamespace:
+    from matplotlib.patches import Patch
+
+    fig.subplots_adjust(bottom=0.48, top=0.97, left=0.13, right=0.97)
+    ax = fig.add_subplot()
+    a = SimpleNamespace(ax=ax)
+    a.bars = ax.barh(np.zeros(n), np.zeros(n), height=0.9, edgecolor="white")
+    a.names = [ax.text(0.0, 0.0, "", ha="center", va="center", fontsize=7, color="white") for _ in range(n)]
+    a.requested = ax.axvline(0.0, color="black", ls="--", lw=1)
+    a.visible = ax.axvline(0.0, color="black", lw=1.5)
+    ax.set_yticks([])
+    ax.set_ylim(-0.5, 0.5)
+    ax.set_xlabel("GB per GPU (dashed: utilization limit; solid: visible memory)")
+    kinds = [Patch(color=COLORS[view], label=label) for label, view in _BUDGET_KINDS]
+    ax.legend(handles=kinds, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.42))
+    return a
+
+
+def _budget_draw(a: SimpleNamespace, b: mem.MemoryBudget) -> None:
+    left = 0.0
+    for bar, text, (name, value, view) in zip(a.bars, a.names, b.table(), strict=True):
+        bar.set_x(left)
+        bar.set_width(value / 1e9)
+        bar.set_facecolor(COLORS[view])
+        text.set_position((left + value / 2e9, 0))
+        text.set_text(name.replace("_", " "))
+        text.set_visible(value / b.visible_bytes > 0.1)
+        left += value / 1e9
+    a.requested.set_xdata([b.requested_bytes / 1e9] * 2)
+    a.visible.set_xdata([b.visible_bytes / 1e9] * 2)
+    a.ax.set_xlim(0.0, 1.05 * max(left, b.visible_bytes / 1e9))
+
+
+_BUDGET_FIGURE = figures.LiveFigure(6.2, 2.2, _budget_build, _budget_draw)
+
+
+def _beyond_build(fig, n: int) -> SimpleNamespace:
+    from matplotlib.patches import Patch
+
+    _margins(fig)
+    fig.subplots_adjust(left=0.3)
+    ax = fig.add_subplot()
+    a = SimpleNamespace(ax=ax, bars=ax.barh(range(n), np.zeros(n)))
+    ax.invert_yaxis()
+    ax.set_xlabel("GiB per GPU")
+    a.kinds = [Patch(color=COLORS[view], label=label) for label, view in _BUDGET_KINDS[:3]]
+    return a
+
+
+def _beyond_draw(a: SimpleNamespace, items: list) -> None:
+    for bar, (_, value, view) in zip(a.bars, items, strict=True):
+        bar.set_width(value / GiB)
+        bar.set_color(COLORS[view])
+    a.ax.set_yticks(range(len(items)), [k.replace("_", " ") for k, _, _ in items], fontsize=8)
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, a.kinds, fontsize=7, loc="lower right")
+
+
+_BEYOND_FIGURE = figures.LiveFigure(6.0, 2.8, _beyond_build, _beyond_draw)
+
+
+def _gqa_build(fig) -> SimpleNamespace:
+    _margins(fig, bottom=0.12)
+    ax = fig.add_subplot()
+    width = 0.38
+    bars = [ax.bar(np.arange(3) + (j - 0.5) * width, np.zeros(3), width) for j in range(2)]
+    return SimpleNamespace(ax=ax, bars=bars)
+
+
+def _gqa_draw(a: SimpleNamespace, layouts: list[str], sequences: dict, context: int) -> None:
+    for bars, (key, heights) in zip(a.bars, sequences.items(), strict=True):
+        for bar, h in zip(bars, heights, strict=True):
+            bar.set_height(h)
+        bars.set_label(key)
+    a.ax.set_xticks(np.arange(3), layouts)
+    a.ax.set_ylabel(f"sequences of {context:,} tokens")
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, a.bars, fontsize=7)
+
+
+_GQA_FIGURE = figures.LiveFigure(6.0, 2.8, _gqa_build, _gqa_draw)
+
+
+_LAYOUT_ROWS = 4  # tp_past_kv_heads compares at most four layouts
+
+
+def _layouts_build(fig, capacity: int) -> SimpleNamespace:
+    _margins(fig)
+    fig.subplots_adjust(left=0.3)
+    ax = fig.add_subplot()
+    bars = ax.barh(range(capacity), np.zeros(capacity), label="tokens of KV held")
+    ax.set_xlabel("million tokens of KV the GPUs hold")
+    return SimpleNamespace(ax=ax, bars=bars)
+
+
+def _layouts_draw(a: SimpleNamespace, labels: list[str], heights: list[float]) -> None:
+    for i, bar in enumerate(a.bars):
+        bar.set_visible(i < len(labels))
+        bar.set_width(heights[i] if i < len(labels) else 0.0)
+    a.ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    a.ax.set_ylim(len(labels) - 0.5, -0.5)  # first layout on top
+    a.ax.set_xlim(0, 1.05 * max(heights))
+
+
+_LAYOUTS_FIGURE = figures.LiveFigure(6.0, 2.8, _layouts_build, _layouts_draw)
 
 
 __all__ = [

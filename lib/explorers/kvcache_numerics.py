@@ -4,10 +4,11 @@ tiering KV across HBM, host DRAM and NVMe SSD, with SSD wear-out (I018)."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
-from lib.book.svgplot import figure
+from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.kvcache import recompute_fetch as rf
 from lib.kvcache import tiering as kt
@@ -49,17 +50,7 @@ def fp8_scale(
     best = int(np.argmin(e["total_rel"]))
     floor = fp8.relative_rounding_floor(k, float(fp8.amax_scale(k).item()))
     near = SCALE_LOG2[e["total_rel"] <= 1.25 * e["total_rel"][best]]
-    fig, ax = figure()
-    ax.semilogy(SCALE_LOG2, np.maximum(e["rounding_rel"], 1e-12), label="E4M3 rounding")
-    ax.semilogy(SCALE_LOG2, np.maximum(e["clipping_rel"], 1e-12), label="E4M3 clipping")
-    ax.semilogy(SCALE_LOG2, e["total_rel"], "k", lw=2, label="E4M3 total")
-    ax.semilogy(SCALE_LOG2, i["total_rel"], "k--", lw=1, label="INT8 total")
-    ax.axvline(scale_log2, color="red", lw=1)
-    ax.set_ylim(floor / 10, 2.0)
-    ax.minorticks_off()
-    ax.set_xlabel("log2(scale / (amax / max code))   0 = amax scale")
-    ax.set_ylabel("error power / signal power")
-    ax.legend(fontsize=7, loc="upper center", ncol=2)
+    fig = _FP8_FIGURE(e, i, scale_log2, floor)
     rows = [
         ("amax of the tensor", sig(float(np.max(np.abs(k))))),
         ("chosen scale", f"2^{sig(scale_log2)} x amax/448 = {sig(float(chosen['scale'][0]))}"),
@@ -131,19 +122,9 @@ def tiering(
     rows_t = kt.tier_costs(dep, prefix_tokens, node, mfu)
     lengths = np.unique(np.geomspace(16, min(max(4 * prefix_tokens, 1 << 17), window), 48).astype(int))
     rec = [rf.recompute_time_s(dep, int(p), mfu=mfu) for p in lengths]
-    fig, ax = figure()
-    ax.loglog(lengths, rec, "k", lw=2, label="recompute (prefill)")
-    for t in rows_t[1:]:
-        ax.loglog(
-            lengths,
-            [kt.fetch_time_s(m, int(p), t.bandwidth, kv_dtype, t.latency_s) for p in lengths],
-            label=f"fetch from {t.name}",
-        )
-    ax.axvline(prefix_tokens, color="red", lw=1)
-    ax.minorticks_off()
-    ax.set_xlabel("prefix tokens")
-    ax.set_ylabel("seconds")
-    ax.legend(fontsize=7)
+    fetch = {f"fetch from {t.name}": [kt.fetch_time_s(m, int(p), t.bandwidth, kv_dtype, t.latency_s) for p in lengths]
+             for t in rows_t[1:]}
+    fig = _TIERING_FIGURE(lengths, rec, fetch, prefix_tokens, layout=(len(fetch),))
     rows = [
         (
             "prefix tokens",
@@ -237,15 +218,7 @@ def ssd_wear(
     wear = kt.ssd_wear(rate, node)
     spills = np.linspace(0.05, 1.0, 40)
     days = [kt.ssd_wear(rate / spill_fraction * s, node).lifetime_days for s in spills]
-    fig, ax = figure()
-    ax.semilogy(spills, days, "k")
-    ax.axhline(7, color="grey", ls=":", lw=1, label="one week")
-    ax.axhline(365, color="grey", ls="--", lw=1, label="one year")
-    ax.axvline(spill_fraction, color="red", lw=1)
-    ax.minorticks_off()
-    ax.set_xlabel("share of new KV written to the SSD tier")
-    ax.set_ylabel("days to rated endurance")
-    ax.legend(fontsize=7)
+    fig = _WEAR_FIGURE(spills, days, spill_fraction)
     rows = [
         (
             "prompt tokens",
@@ -270,3 +243,84 @@ def ssd_wear(
         fig,
         values={"write_rate": rate, "lifetime_days": wear.lifetime_days},
     )
+
+
+# ---- figures (one persistent matplotlib figure per explorer, lib.book.figures) -----------------
+
+
+def _fp8_build(fig) -> SimpleNamespace:
+    ax = fig.add_subplot()
+    figures.log_scale(ax, "y")
+    a = SimpleNamespace(ax=ax)
+    a.rounding, = ax.plot([], [], label="E4M3 rounding")
+    a.clipping, = ax.plot([], [], label="E4M3 clipping")
+    a.total, = ax.plot([], [], "k", lw=2, label="E4M3 total")
+    a.int8, = ax.plot([], [], "k--", lw=1, label="INT8 total")
+    a.chosen = ax.axvline(0.0, color="red", lw=1, label="chosen scale")
+    ax.set_xlim(SCALE_LOG2[0] - 0.5, SCALE_LOG2[-1] + 0.5)
+    ax.set_xlabel("log2(scale / (amax / max code))   0 = amax scale")
+    ax.set_ylabel("error power / signal power")
+    return a
+
+
+def _fp8_draw(a: SimpleNamespace, e: dict, i: dict, scale_log2: float, floor: float) -> None:
+    a.rounding.set_data(SCALE_LOG2, np.maximum(e["rounding_rel"], 1e-12))
+    a.clipping.set_data(SCALE_LOG2, np.maximum(e["clipping_rel"], 1e-12))
+    a.total.set_data(SCALE_LOG2, e["total_rel"])
+    a.int8.set_data(SCALE_LOG2, i["total_rel"])
+    a.chosen.set_xdata([scale_log2, scale_log2])
+    a.ax.set_ylim(floor / 10, 2.0)
+    figures.legend(a.ax, [a.rounding, a.clipping, a.total, a.int8, a.chosen], fontsize=7, ncol=2)
+
+
+_FP8_FIGURE = figures.LiveFigure(6.0, 3.0, _fp8_build, _fp8_draw)
+
+
+def _tiering_build(fig, tiers: int) -> SimpleNamespace:
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    a = SimpleNamespace(ax=ax)
+    a.recompute, = ax.plot([], [], "k", lw=2, label="recompute (prefill)")
+    a.fetch = [ax.plot([], [])[0] for _ in range(tiers)]
+    a.prefix = ax.axvline(1.0, color="red", lw=1, label="this prefix")
+    ax.set_xlabel("prefix tokens")
+    ax.set_ylabel("seconds")
+    return a
+
+
+def _tiering_draw(a: SimpleNamespace, lengths, recompute, fetch: dict, prefix_tokens: int) -> None:
+    a.recompute.set_data(lengths, recompute)
+    for line, (label, ys) in zip(a.fetch, fetch.items(), strict=True):
+        line.set_data(lengths, ys)
+        line.set_label(label)
+    a.prefix.set_xdata([prefix_tokens, prefix_tokens])
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [a.recompute, *a.fetch, a.prefix], fontsize=7)
+
+
+_TIERING_FIGURE = figures.LiveFigure(6.0, 3.0, _tiering_build, _tiering_draw)
+
+
+def _wear_build(fig) -> SimpleNamespace:
+    ax = fig.add_subplot()
+    figures.log_scale(ax, "y")
+    a = SimpleNamespace(ax=ax)
+    a.days, = ax.plot([], [], "k", label="days to rated endurance")
+    a.week = ax.axhline(7, color="grey", ls=":", lw=1, label="one week")
+    a.year = ax.axhline(365, color="grey", ls="--", lw=1, label="one year")
+    a.spill = ax.axvline(0.0, color="red", lw=1, label="this share")
+    ax.set_xlabel("share of new KV written to the SSD tier")
+    ax.set_ylabel("days to rated endurance")
+    return a
+
+
+def _wear_draw(a: SimpleNamespace, spills, days, spill_fraction: float) -> None:
+    a.days.set_data(spills, days)
+    a.spill.set_xdata([spill_fraction, spill_fraction])
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [a.days, a.week, a.year, a.spill], fontsize=7)
+
+
+_WEAR_FIGURE = figures.LiveFigure(6.0, 3.0, _wear_build, _wear_draw)

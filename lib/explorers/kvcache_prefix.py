@@ -6,10 +6,11 @@ fetch by storage tier (I013)."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
-from lib.book.svgplot import Rectangle, figure
+from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, Text, View, explorer
 from lib.kvcache import block_hash as bh
 from lib.kvcache import (
@@ -31,10 +32,7 @@ GPUS = tuple(hardware.gpu_names())
 TPS = (1, 2, 4, 8)
 KV_DTYPES = ("bf16", "fp8")
 NBSP = "\u00a0"
-
-
-def _figure(width: float = 6.0, height: float = 2.8, bottom: float = 0.18):
-    return figure(width, height, bottom=bottom, left=0.11, right=0.97, top=0.95)
+MAX_SLOTS = 64  # the radix explorer's largest pool
 
 
 def _bw(x: float) -> str:
@@ -57,7 +55,7 @@ RADIX_PROGRAMS = (
     "kvcache.radix_steps",
     scenario=Choice(rs.RADIX_SCENARIOS),
     step=IntRange(0, 64, label="step"),
-    num_slots=IntRange(4, 64, label="KV slots in the pool"),
+    num_slots=IntRange(4, MAX_SLOTS, label="KV slots in the pool"),
     program=Text(RADIX_PROGRAMS, max_chars=2000, label="program (typed ops; empty: the scenario)"),
 )
 def radix_steps(scenario: str, step: int, num_slots: int, program: str = "") -> View:
@@ -81,14 +79,7 @@ def radix_steps(scenario: str, step: int, num_slots: int, program: str = "") -> 
     ]
     for line in last.tree:
         rows.append(("tree", line.replace(" ", NBSP)))
-    fig, ax = _figure(6.0, 1.0, bottom=0.45)
-    colors = {"free": "#dddddd", "cached": "#6baed6", "pinned": "#e6550d"}
-    for i, state in enumerate(last.slot_state):
-        ax.add_patch(_rect(i, colors[state]))
-    ax.set_xlim(0, num_slots)
-    ax.set_ylim(0, 1)
-    ax.set_yticks([])
-    ax.set_xlabel("KV slot (grey free, blue cached, orange pinned)")
+    fig = _SLOTS_FIGURE(last.slot_state)
     return View(
         f"RadixCache, scenario {scenario!r}, after step {last.index}",
         rows,
@@ -99,10 +90,6 @@ def radix_steps(scenario: str, step: int, num_slots: int, program: str = "") -> 
             "num_pinned": last.num_pinned,
         },
     )
-
-
-def _rect(i: int, color: str):
-    return Rectangle((i, 0), 0.92, 1, color=color)
 
 
 # ---- N027 -------------------------------------------------------------------------------------
@@ -174,16 +161,7 @@ def prefix_hit_rates(
             f"{chosen_unbounded.num_nodes} vs {fmt_count(chosen_unbounded.unique_tokens)}",
         ),
     ]
-    fig, ax = _figure()
-    kinds = list(rates)
-    ax.bar(
-        range(len(kinds)),
-        [100 * rates[k] for k in kinds],
-        color=["#e6550d" if k == workload else "#6baed6" for k in kinds],
-    )
-    ax.set_xticks(range(len(kinds)), [k.replace("_", "\n") for k in kinds], fontsize=8)
-    ax.set_ylabel("token hit rate (%)")
-    ax.set_ylim(0, 100)
+    fig = _HITS_FIGURE(rates, workload)
     return View(
         f"{workload} through a RadixCache at {fmt_pct(capacity_pct)} capacity ({m.key}, {g.key} x{tp})",
         rows,
@@ -252,15 +230,7 @@ def chained_hash_collisions(
     ]
     if run.first_violation:
         rows.append(("first wrong hit", run.first_violation))
-    fig, ax = _figure()
-    labels = ["verified", "unverified"]
-    ax.bar(
-        [0, 1],
-        [runs[True].wrong_kv_requests, runs[False].wrong_kv_requests],
-        color=["#31a354", "#de2d26"],
-    )
-    ax.set_xticks([0, 1], labels)
-    ax.set_ylabel("requests given wrong KV")
+    fig = _COLLISIONS_FIGURE(runs[True].wrong_kv_requests, runs[False].wrong_kv_requests)
     return View(
         f"Chained hashes, {hash_bits}-bit, verify_on_hit={verify_on_hit}, {eviction_order}",
         rows,
@@ -299,8 +269,8 @@ def eviction_stranding(
     block_bytes = int(bh.kv_block_bytes(m, block_size, kv_dtype))
     work = cyclic_prefix_workload(num_prefixes, prefix_blocks, 2 * num_prefixes + 2, block_size)
     rows, values = [("KV bytes per block", fmt_bytes(block_bytes, "MB"))], {}
-    fig, ax = _figure()
-    for policy, color in (("head_first", "#de2d26"), ("tail_first", "#31a354")):
+    stranded = {}
+    for policy in ("head_first", "tail_first"):
         sim = simulate(policy, capacity_blocks, work, block_bytes)
         closed = cyclic_steady_state(
             policy, capacity_blocks, num_prefixes, prefix_blocks, block_bytes
@@ -318,18 +288,10 @@ def eviction_stranding(
                 f"{fmt_bytes(sim.stranded_bytes[-1])} / {fmt_bytes(closed.stranded_bytes)}",
             )
         )
-        ax.step(
-            range(len(sim.stranded_bytes)),
-            np.array(sim.stranded_bytes) / GB,
-            where="post",
-            color=color,
-            label=policy,
-        )
+        stranded[policy] = np.array(sim.stranded_bytes) / GB
         values[f"{policy}_stranded"] = sim.stranded_bytes[-1]
         values[f"{policy}_closed"] = closed.stranded_bytes
-    ax.set_xlabel("request")
-    ax.set_ylabel("stranded KV (GB)")
-    ax.legend(fontsize=8)
+    fig = _STRANDING_FIGURE(stranded)
     return View(
         f"{num_prefixes} prefixes of {prefix_blocks} blocks, capacity {capacity_blocks} blocks ({m.key})",
         rows,
@@ -381,27 +343,141 @@ def recompute_vs_fetch(
             (f"{t.key} ({fmt_bandwidth(t.bandwidth)}/GPU)", f"{fmt_time(r.fetch_s)}: {verdict}")
         )
         values[f"fetch_{t.key}"] = r.fetch_s
-    fig, ax = _figure()
     grid = np.unique(np.geomspace(16, 131072, 28).astype(int))
     rec_ms = [rf.recompute_time_s(dep, int(p), **kw) * 1e3 for p in grid]
-    ax.plot(grid, [t if t > 0 else np.nan for t in rec_ms], color="black", lw=2, label="recompute")
-    for t in tiers:
-        ax.plot(
-            grid,
-            [rf.fetch_time_s(m, int(p), t, tp=tp, kv_dtype=kv_dtype) * 1e3 for p in grid],
-            lw=1,
-            label=t.key,
-        )
-    ax.axvline(prefix_tokens, color="grey", ls=":")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.minorticks_off()
-    ax.set_xlabel("prefix tokens")
-    ax.set_ylabel("ms")
-    ax.legend(fontsize=7, ncol=2)
+    fetch_ms = {t.key: [rf.fetch_time_s(m, int(p), t, tp=tp, kv_dtype=kv_dtype) * 1e3 for p in grid] for t in tiers}
+    fig = _FETCH_FIGURE(grid, rec_ms, fetch_ms, prefix_tokens)
     return View(
         f"Recompute vs fetch: {m.key} on {g.key} x{tp}, {prefix_tokens} prefix tokens",
         rows,
         fig,
         values=values,
     )
+
+
+# ---- figures (one persistent matplotlib figure per explorer, lib.book.figures) -----------------
+
+
+def _margins(fig, bottom: float = 0.18) -> None:
+    fig.subplots_adjust(bottom=bottom, left=0.11, right=0.97, top=0.95)
+
+
+_SLOT_COLORS = {"free": "#dddddd", "cached": "#6baed6", "pinned": "#e6550d"}
+
+
+def _slots_build(fig) -> SimpleNamespace:
+    from matplotlib.patches import Patch, Rectangle
+
+    _margins(fig, bottom=0.45)
+    fig.subplots_adjust(right=0.78)
+    ax = fig.add_subplot()
+    slots = [ax.add_patch(Rectangle((i, 0), 0.92, 1, lw=0)) for i in range(MAX_SLOTS)]
+    ax.set_ylim(0, 1)
+    ax.set_yticks([])
+    ax.set_xlabel("KV slot")
+    kinds = [Patch(color=c, label=state) for state, c in _SLOT_COLORS.items()]
+    ax.legend(handles=kinds, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return SimpleNamespace(ax=ax, slots=slots)
+
+
+def _slots_draw(a: SimpleNamespace, slot_state: list[str]) -> None:
+    for i, rect in enumerate(a.slots):
+        rect.set_visible(i < len(slot_state))
+        if i < len(slot_state):
+            rect.set_facecolor(_SLOT_COLORS[slot_state[i]])
+    a.ax.set_xlim(0, len(slot_state))
+
+
+_SLOTS_FIGURE = figures.LiveFigure(6.0, 1.0, _slots_build, _slots_draw)
+
+
+def _hits_build(fig) -> SimpleNamespace:
+    from matplotlib.patches import Patch
+
+    _margins(fig)
+    ax = fig.add_subplot()
+    n = len(ph.WORKLOADS)
+    bars = ax.bar(range(n), np.zeros(n))
+    ax.set_xticks(range(n), [k.replace("_", "\n") for k in ph.WORKLOADS], fontsize=8)
+    ax.set_ylabel("token hit rate (%)")
+    ax.set_ylim(0, 100)
+    kinds = [Patch(color="#e6550d", label="this workload"), Patch(color="#6baed6", label="the others")]
+    ax.legend(handles=kinds, fontsize=7, loc="upper left")
+    return SimpleNamespace(ax=ax, bars=bars)
+
+
+def _hits_draw(a: SimpleNamespace, rates: dict, workload: str) -> None:
+    for bar, kind in zip(a.bars, ph.WORKLOADS, strict=True):
+        bar.set_height(100 * rates[kind])
+        bar.set_color("#e6550d" if kind == workload else "#6baed6")
+
+
+_HITS_FIGURE = figures.LiveFigure(6.0, 2.8, _hits_build, _hits_draw)
+
+
+def _collisions_build(fig) -> SimpleNamespace:
+    _margins(fig)
+    ax = fig.add_subplot()
+    bars = ax.bar([0, 1], [0, 0], color=["#31a354", "#de2d26"])
+    ax.set_xticks([0, 1], ["verified", "unverified"])
+    ax.set_ylabel("requests given wrong KV")
+    return SimpleNamespace(ax=ax, bars=bars)
+
+
+def _collisions_draw(a: SimpleNamespace, wrong_verified: int, wrong_unverified: int) -> None:
+    for bar, h in zip(a.bars, (wrong_verified, wrong_unverified), strict=True):
+        bar.set_height(h)
+    a.ax.set_ylim(0, 1.05 * max(wrong_verified, wrong_unverified, 1))
+
+
+_COLLISIONS_FIGURE = figures.LiveFigure(6.0, 2.8, _collisions_build, _collisions_draw)
+
+
+def _stranding_build(fig) -> SimpleNamespace:
+    _margins(fig)
+    ax = fig.add_subplot()
+    lines = {policy: ax.step([], [], where="post", color=color, label=policy)[0]
+             for policy, color in (("head_first", "#de2d26"), ("tail_first", "#31a354"))}
+    ax.set_xlabel("request")
+    ax.set_ylabel("stranded KV (GB)")
+    ax.legend(handles=list(lines.values()), fontsize=8)
+    return SimpleNamespace(ax=ax, lines=lines)
+
+
+def _stranding_draw(a: SimpleNamespace, stranded: dict) -> None:
+    for policy, ys in stranded.items():
+        a.lines[policy].set_data(np.arange(len(ys)), ys)
+    top = max(float(np.max(ys)) for ys in stranded.values())
+    a.ax.set_xlim(-0.2, max(len(ys) for ys in stranded.values()) - 0.8)
+    a.ax.set_ylim(0, 1.05 * top if top > 0 else 1.0)  # nothing stranded: show 0 at the bottom
+
+
+_STRANDING_FIGURE = figures.LiveFigure(6.0, 2.8, _stranding_build, _stranding_draw)
+
+
+def _fetch_build(fig) -> SimpleNamespace:
+    _margins(fig)
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    a = SimpleNamespace(ax=ax)
+    a.recompute, = ax.plot([], [], color="black", lw=2, label="recompute")
+    # a line (and a colour) per storage tier; the tiers a GPU lacks are hidden
+    a.tiers = {key: ax.plot([], [], lw=1, label=key)[0] for key in rf.tier_names()}
+    a.prefix = ax.axvline(1.0, color="grey", ls=":", label="this prefix")
+    ax.set_xlabel("prefix tokens")
+    ax.set_ylabel("ms")
+    return a
+
+
+def _fetch_draw(a: SimpleNamespace, grid, recompute_ms, fetch_ms: dict, prefix_tokens: int) -> None:
+    a.recompute.set_data(grid, [t if t > 0 else np.nan for t in recompute_ms])
+    for key, line in a.tiers.items():
+        line.set_visible(key in fetch_ms)
+        line.set_data(grid, fetch_ms.get(key, np.full(len(grid), np.nan)))
+    a.prefix.set_xdata([prefix_tokens, prefix_tokens])
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [a.recompute, *a.tiers.values(), a.prefix], fontsize=7, ncol=2)
+
+
+_FETCH_FIGURE = figures.LiveFigure(6.0, 2.8, _fetch_build, _fetch_draw)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
-from lib.book.svgplot import figure
+from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import collectives
 from lib.perf import roofline as rf
@@ -17,6 +19,46 @@ from lib.registry.dtypes import BYTES_PER_ELEMENT
 from lib.units import MS, fmt_pct, fmt_time, sig
 
 WEIGHT_DTYPES = ("bf16", "fp8", "int4")
+
+
+def _floor_build(fig):
+    fig.subplots_adjust(bottom=0.45)
+    return tps.build_step_stack(fig.add_subplot(), rows=1)
+
+
+def _floor_draw(art, steps: dict) -> None:
+    tps.draw_step_stack(art, steps, legend_kw={"fontsize": 7, "ncol": 3, "loc": "upper center",
+                                               "bbox_to_anchor": (0.5, -0.35)})
+
+
+_FLOOR_FIGURE = figures.LiveFigure(6.0, 2.6, _floor_build, _floor_draw)
+
+
+def _crossover_build(fig) -> SimpleNamespace:
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    a = SimpleNamespace(ax=ax)
+    a.compute, = ax.plot([], [], label="matmul time (at this MFU)")
+    a.memory, = ax.plot([], [], label="weight + KV read time")
+    a.crossover = ax.axvline(1.0, color="grey", ls="--", lw=1, label="crossover (peak FLOPs)")
+    a.prompt = ax.axvline(1.0, color="red", lw=1)
+    ax.set_xlabel("prompt tokens in one forward pass")
+    ax.set_ylabel("ms")
+    return a
+
+
+def _crossover_draw(a: SimpleNamespace, lengths, compute, memory, crossover: float, prompt_len: int) -> None:
+    a.compute.set_data(lengths, compute)
+    a.memory.set_data(lengths, memory)
+    a.crossover.set_xdata([crossover, crossover])
+    a.prompt.set_xdata([prompt_len, prompt_len])
+    a.prompt.set_label(f"prompt {prompt_len}")
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [a.compute, a.memory, a.crossover, a.prompt], fontsize=7)
+
+
+_CROSSOVER_FIGURE = figures.LiveFigure(6.0, 3.0, _crossover_build, _crossover_draw)
 COMPUTE_DTYPES = ("bf16", "fp8")
 
 
@@ -48,15 +90,7 @@ def decode_floor(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     step = decode_step(dep, batch, context, assume)
     parts = {k: v for k, v in step.buckets.items() if v > 0}
     total = step.total_s
-    fig, ax = figure(6.0, 2.6)
-    left = 0.0
-    for label, seconds in parts.items():
-        ax.barh([0], [seconds / MS], left=left, label=label.replace("_", " "))
-        left += seconds / MS
-    ax.set_yticks([])
-    ax.set_xlabel("ms per decode step")
-    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.35))
-    fig.subplots_adjust(bottom=0.45)
+    fig = _FLOOR_FIGURE({f"TP{tp}": step})
     rows = [(k.replace("_", " "), fmt_time(v)) for k, v in parts.items()]
     rows += [("step total", fmt_time(total)), ("floor / total", fmt_pct(step.floor_s / total)),
              ("tokens/s per sequence", sig(1 / total))]
@@ -107,15 +141,7 @@ def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, kv_dtype: str, 
     steps = [rf.prefill(m, g, int(p), tp, 1, dtype, dtype, kv_dtype) for p in lengths]
     compute = [s.compute_s / mfu / MS for s in steps]
     memory = [s.memory_s / MS for s in steps]
-    fig, ax = figure()
-    ax.loglog(lengths, compute, label="matmul time (at this MFU)")
-    ax.loglog(lengths, memory, label="weight + KV read time")
-    ax.axvline(crossover, color="grey", ls="--", lw=1)
-    ax.axvline(prompt_len, color="red", lw=1, label=f"prompt {prompt_len}")
-    ax.minorticks_off()
-    ax.set_xlabel("prompt tokens in one forward pass")
-    ax.set_ylabel("ms")
-    ax.legend(fontsize=7)
+    fig = _CROSSOVER_FIGURE(lengths, compute, memory, crossover, prompt_len)
     step = rf.prefill(m, g, prompt_len, tp, 1, dtype, dtype, kv_dtype)
     floor = max(step.compute_s / mfu, step.memory_s)
     full = prefill_time(dep, prompt_len, mfu=mfu)  # THE prefill time: the floor plus the TP all-reduces

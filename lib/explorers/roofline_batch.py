@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
-from lib.book.svgplot import subplots
+from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import datasheet as ds
 from lib.perf import energy, moe, moe_cost
@@ -67,28 +68,13 @@ def moe_experts(
             m, g, batches, weight_dtype, cdt
         ).items()
     }
-    fig, (ax1, ax2) = subplots(7.4, 2.9, 2)
-    ax1.semilogx(batches, uniform, label="uniform routing")
-    ax1.semilogx(batches, skewed, "--", label=f"Zipf skew {sig(skew)}")
-    ax1.axhline(e, color="grey", lw=0.8)
-    ax1.axvline(batch, color="red", lw=0.8)
-    ax1.set_xlabel("tokens per step")
-    ax1.set_ylabel("distinct experts per layer")
-    ax1.legend(fontsize=7)
     labels = {
         "moe": m.key,
         "same_total": "dense, same total params",
         "same_active": "dense, same active params",
     }
-    for name, ys in curves.items():
-        ax2.loglog(batches, ys, label=labels[name])
-    ax2.axvline(batch, color="red", lw=0.8)
-    ax2.set_xlabel("tokens per step")
-    ax2.set_ylabel("GPU-ms per token")
-    ax2.legend(fontsize=7)
-    for ax in (ax1, ax2):
-        ax.minorticks_off()
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.17, top=0.96, wspace=0.3)
+    fig = _MOE_FIGURE(batches, uniform, skewed, f"Zipf skew {sig(skew)}", e,
+                      {labels[name]: ys for name, ys in curves.items()}, batch)
     here = moe_cost.compare_with_dense(m, g, batch, weight_dtype, cdt, gpus)
     touched = moe.expected_experts_touched(e, k, batch)
     b_c = moe_cost.compute_bound_batch(m, g, weight_dtype, cdt)
@@ -148,19 +134,7 @@ def throughput_knee(
     hi = max(4 * knee, 2 * b_max, 2 * batch, 8)
     bs = np.unique(np.geomspace(1, hi, 20).astype(int))
     xs = [tput.tokens_per_s(dep, int(b), context) for b in bs]
-    fig, (ax,) = subplots(6.0, 3.0)
-    ax.semilogx(bs, xs, label="X(B) = B / t(B), modelled step")
-    ax.axhline(ceiling, color="grey", ls="--", lw=1, label="ceiling (large-batch slope)")
-    if tc < 3 * ceiling:
-        ax.axhline(tc, color="purple", ls=":", lw=1, label="tensor-core bound")
-    ax.axvline(knee, color="green", lw=1, label=f"knee (half the ceiling) = {sig(knee)}")
-    if b_max >= 1:
-        ax.axvline(b_max, color="red", lw=1, label=f"KV capacity = {sig(b_max)}")
-    ax.set_xlabel("batch (sequences)")
-    ax.set_ylabel("tokens/s (replica)")
-    ax.minorticks_off()
-    ax.legend(fontsize=7, loc="lower right")
-    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.16, top=0.96)
+    fig = _KNEE_FIGURE(bs, xs, ceiling, tc, knee, b_max)
     here = tput.step_s(dep, batch, context)
     rows = [
         ("step at batch 1", fmt_time(tput.step_s(dep, 1, context))),
@@ -229,16 +203,7 @@ def joules_per_token(
     x = curve["tokens_per_s"]
     at_tdp = energy.joules_per_token(tp * g.tdp_w, x)
     at_floor = energy.joules_per_token(tp * g.tdp_w * floor_fraction, x)
-    fig, (ax,) = subplots(6.0, 3.0)
-    ax.loglog(bs, curve["j_per_token"], label="power model")
-    ax.loglog(bs, at_tdp, ":", color="grey", label="power pinned at TDP")
-    ax.loglog(bs, at_floor, "--", color="grey", label="power pinned at batch-1 level")
-    ax.axvline(big, color="red", lw=1)
-    ax.set_xlabel("batch (sequences)")
-    ax.set_ylabel("J per token (GPU boards)")
-    ax.minorticks_off()
-    ax.legend(fontsize=7)
-    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.16, top=0.96)
+    fig = _JOULES_FIGURE(bs, curve["j_per_token"], at_tdp, at_floor, big)
     one = energy.decode_energy(dep, context, 1, floor_fraction)
     many = energy.decode_energy(dep, context, big, floor_fraction)
     rows = [
@@ -291,25 +256,7 @@ def headline_claim(
     scen = ds.headline_scenarios(
         claim, model, gpu, n_gpus, context, acceptance, draft_tokens, draft_cost
     )
-    fig, (ax,) = subplots(6.4, 0.3 * len(scen) + 1.0)
-    names = [s.name for s in scen]
-    vals = [max(s.tokens_per_s, 1e-3) for s in scen]
-    colors = [
-        "tab:green" if s.meets(claim) else ("tab:grey" if not s.fits else "tab:blue") for s in scen
-    ]
-    ys = np.arange(len(scen))[::-1]
-    ax.barh(ys, vals, color=colors)
-    ax.axvline(claim, color="red", lw=1.5, label=f"claim {sig(claim)}")
-    ax.set_xscale("log")
-    ax.set_yticks([])
-    lo = min(min(vals), claim) / 3
-    for y, name in zip(ys, names, strict=True):
-        ax.text(lo * 1.1, y, name, fontsize=7, va="center")
-    ax.set_xlim(lo, max(max(vals), claim) * 1.5)
-    ax.minorticks_off()
-    ax.set_xlabel("ceiling, tokens/s (green: meets the claim; grey: does not fit)")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.subplots_adjust(left=0.03, right=0.97, bottom=0.8 / (0.3 * len(scen) + 1.0), top=0.97)
+    fig = _HEADLINE_FIGURE(scen, claim, layout=(max(_HEADLINE_ROWS, len(scen)),))
     base = scen[0]
     rows = [("claim / BF16 floor", f"{sig(claim / base.tokens_per_s)}x")]
     rows += [
@@ -362,18 +309,8 @@ def generation_regimes(
     base = rows_by_gpu[0]
     regimes = ("compute", "bandwidth", "capacity")
     speed = {r.gpu: ds.regime_speedups(base, r) for r in rows_by_gpu}
-    fig, (ax,) = subplots(6.0, 3.0)
-    xs = np.arange(len(rows_by_gpu))
-    for reg, marker in zip(regimes, "os^", strict=True):
-        ys = np.array([speed[r.gpu][reg] for r in rows_by_gpu], dtype=float)
-        ys[~np.isfinite(ys)] = np.nan  # an infinite or undefined ratio is left off the plot
-        ax.plot(xs, ys, marker=marker, label=reg)
-    ax.set_xticks(xs, [r.gpu for r in rows_by_gpu])
-    ax.set_yscale("log")
-    ax.minorticks_off()
-    ax.set_ylabel(f"speedup per GPU vs {base.gpu}")
-    ax.legend(fontsize=7)
-    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.16, top=0.96)
+    ys = {reg: [speed[r.gpu][reg] for r in rows_by_gpu] for reg in regimes}
+    fig = _REGIMES_FIGURE([r.gpu for r in rows_by_gpu], ys, base.gpu)
     rows = []
     for r in rows_by_gpu:
         s = speed[r.gpu]
@@ -432,17 +369,9 @@ def bytes_per_flop(
     curve = ds.decode_bytes_per_flop(
         model, bs, context, weight_dtype, kv_dtype, tokens_per_pass
     )
-    fig, (ax,) = subplots(6.0, 3.0)
-    ax.loglog(bs, curve, label="decode step asks for")
-    for key in ds.GENERATIONS:
-        ax.axhline(ds.bytes_per_flop(key, ds.matmul_dtype(weight_dtype, key)), lw=0.8, ls="--",
-                   label=f"{key} supplies ({ds.matmul_dtype(weight_dtype, key)})")
-    ax.axvline(batch, color="red", lw=1)
-    ax.set_xlabel("batch (sequences)")
-    ax.set_ylabel("HBM bytes per FLOP")
-    ax.minorticks_off()
-    ax.legend(fontsize=6, ncol=2)
-    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.16, top=0.96)
+    supplies = {f"{key} supplies ({ds.matmul_dtype(weight_dtype, key)})":
+                ds.bytes_per_flop(key, ds.matmul_dtype(weight_dtype, key)) for key in ds.GENERATIONS}
+    fig = _BYTES_FIGURE(bs, curve, supplies, batch)
     rows = [
         ("workload bytes/FLOP", sig(demand, 3)),
         (f"{g.key} bytes/FLOP ({cdt.upper()} dense, the matmuls' dtype)", sig(supply, 3)),
@@ -458,3 +387,209 @@ def bytes_per_flop(
         fig,
         values={"demand": demand, "supply": supply},
     )
+
+
+# ---- figures (one persistent matplotlib figure per explorer, lib.book.figures) -----------------
+
+
+def _moe_build(fig) -> SimpleNamespace:
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.17, top=0.96, wspace=0.3)
+    ax1, ax2 = fig.subplots(1, 2)
+    figures.log_scale(ax1, "x")
+    figures.log_scale(ax2)
+    a = SimpleNamespace(ax1=ax1, ax2=ax2)
+    a.uniform, = ax1.plot([], [], label="uniform routing")
+    a.skewed, = ax1.plot([], [], "--")
+    a.experts = ax1.axhline(1.0, color="grey", lw=0.8, label="experts per layer")
+    a.batch1 = ax1.axvline(1.0, color="red", lw=0.8, label="this batch")
+    ax1.set_xlabel("tokens per step")
+    ax1.set_ylabel("distinct experts per layer")
+    a.costs = [ax2.plot([], [])[0] for _ in range(3)]
+    a.batch2 = ax2.axvline(1.0, color="red", lw=0.8, label="this batch")
+    ax2.set_xlabel("tokens per step")
+    ax2.set_ylabel("GPU-ms per token")
+    return a
+
+
+def _moe_draw(a: SimpleNamespace, batches, uniform, skewed, skew_label: str, experts: int, costs: dict,
+              batch: int) -> None:
+    a.uniform.set_data(batches, uniform)
+    a.skewed.set_data(batches, skewed)
+    a.skewed.set_label(skew_label)
+    a.experts.set_ydata([experts, experts])
+    for line, (label, ys) in zip(a.costs, costs.items(), strict=True):
+        line.set_data(batches, ys)
+        line.set_label(label)
+    for ax, vline in ((a.ax1, a.batch1), (a.ax2, a.batch2)):
+        vline.set_xdata([batch, batch])
+        ax.relim(visible_only=True)
+        ax.autoscale_view()
+    figures.legend(a.ax1, [a.uniform, a.skewed, a.experts, a.batch1], fontsize=7)
+    figures.legend(a.ax2, [*a.costs, a.batch2], fontsize=7)
+
+
+_MOE_FIGURE = figures.LiveFigure(7.4, 2.9, _moe_build, _moe_draw)
+
+
+def _knee_build(fig) -> SimpleNamespace:
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.16, top=0.96)
+    ax = fig.add_subplot()
+    figures.log_scale(ax, "x")
+    a = SimpleNamespace(ax=ax)
+    a.curve, = ax.plot([], [], label="X(B) = B / t(B), modelled step")
+    a.ceiling = ax.axhline(1.0, color="grey", ls="--", lw=1, label="ceiling (large-batch slope)")
+    a.tensor_core = ax.axhline(1.0, color="purple", ls=":", lw=1, label="tensor-core bound")
+    a.knee = ax.axvline(1.0, color="green", lw=1)
+    a.kv = ax.axvline(1.0, color="red", lw=1)
+    ax.set_xlabel("batch (sequences)")
+    ax.set_ylabel("tokens/s (replica)")
+    return a
+
+
+def _knee_draw(a: SimpleNamespace, bs, xs, ceiling: float, tc: float, knee: float, b_max: float) -> None:
+    a.curve.set_data(bs, xs)
+    a.ceiling.set_ydata([ceiling, ceiling])
+    a.tensor_core.set_ydata([tc, tc])
+    a.tensor_core.set_visible(tc < 3 * ceiling)
+    a.knee.set_xdata([knee, knee])
+    a.knee.set_label(f"knee (half the ceiling) = {sig(knee)}")
+    a.kv.set_xdata([b_max, b_max])
+    a.kv.set_visible(b_max >= 1)
+    a.kv.set_label(f"KV capacity = {sig(b_max)}")
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [a.curve, a.ceiling, a.tensor_core, a.knee, a.kv], fontsize=7, loc="lower right")
+
+
+_KNEE_FIGURE = figures.LiveFigure(6.0, 3.0, _knee_build, _knee_draw)
+
+
+def _joules_build(fig) -> SimpleNamespace:
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.16, top=0.96)
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    a = SimpleNamespace(ax=ax)
+    a.model, = ax.plot([], [], label="power model")
+    a.tdp, = ax.plot([], [], ":", color="grey", label="power pinned at TDP")
+    a.floor, = ax.plot([], [], "--", color="grey", label="power pinned at batch-1 level")
+    a.batch = ax.axvline(1.0, color="red", lw=1, label="large batch")
+    ax.set_xlabel("batch (sequences)")
+    ax.set_ylabel("J per token (GPU boards)")
+    return a
+
+
+def _joules_draw(a: SimpleNamespace, bs, j_model, j_tdp, j_floor, big: int) -> None:
+    a.model.set_data(bs, j_model)
+    a.tdp.set_data(bs, j_tdp)
+    a.floor.set_data(bs, j_floor)
+    a.batch.set_xdata([big, big])
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [a.model, a.tdp, a.floor, a.batch], fontsize=7)
+
+
+_JOULES_FIGURE = figures.LiveFigure(6.0, 3.0, _joules_build, _joules_draw)
+
+_MEETS, _SHORT, _NO_FIT = "tab:green", "tab:blue", "tab:grey"
+
+
+_HEADLINE_ROWS = 16  # bars built once; headline_scenarios gives at most 13 readings
+
+
+def _headline_build(fig, capacity: int) -> SimpleNamespace:
+    from matplotlib.patches import Patch
+
+    ax = fig.add_subplot()
+    figures.log_scale(ax, "x")
+    a = SimpleNamespace(ax=ax, bars=ax.barh(np.arange(capacity), np.ones(capacity)))
+    a.names = [ax.text(1.0, y, "", fontsize=7, va="center") for y in range(capacity)]
+    a.claim = ax.axvline(1.0, color="red", lw=1.5)
+    a.kinds = [Patch(color=_MEETS, label="meets the claim"), Patch(color=_SHORT, label="falls short"),
+               Patch(color=_NO_FIT, label="does not fit")]
+    ax.set_yticks([])
+    ax.set_xlabel("ceiling, tokens/s")
+    return a
+
+
+def _headline_draw(a: SimpleNamespace, scen: list, claim: float) -> None:
+    from matplotlib.colors import to_rgba
+
+    n = len(scen)
+    height = 0.3 * n + 1.0  # the figure grows with the number of readings
+    a.ax.figure.set_size_inches(6.4, height)
+    a.ax.figure.subplots_adjust(left=0.03, right=0.78, bottom=0.8 / height, top=0.97)
+    vals = [max(s.tokens_per_s, 1e-3) for s in scen]
+    lo = min(min(vals), claim) / 3
+    colors = [_MEETS if s.meets(claim) else (_NO_FIT if not s.fits else _SHORT) for s in scen]
+    for i, (bar, name) in enumerate(zip(a.bars, a.names, strict=True)):
+        bar.set_visible(i < n)
+        name.set_visible(i < n)
+        if i < n:  # first reading on top
+            bar.set_xy((lo / 10, n - 1 - i - 0.4))  # the bar starts left of the axes: a log axis has no zero
+            bar.set_width(vals[i] - lo / 10)
+            bar.set_color(colors[i])
+            name.set_position((lo * 1.1, n - 1 - i))
+            name.set_text(scen[i].name)
+    for kind in a.kinds:
+        kind.set_visible(kind.get_facecolor() in {to_rgba(c) for c in colors})
+    a.claim.set_xdata([claim, claim])
+    a.claim.set_label(f"claim {sig(claim)}")
+    a.ax.set_xlim(lo, max(max(vals), claim) * 1.5)
+    a.ax.set_ylim(-0.6, n - 0.4)
+    figures.legend(a.ax, [a.claim, *a.kinds], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+_HEADLINE_FIGURE = figures.LiveFigure(6.4, 2.0, _headline_build, _headline_draw)
+
+
+def _regimes_build(fig) -> SimpleNamespace:
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.12, top=0.96)
+    ax = fig.add_subplot()
+    figures.log_scale(ax, "y")
+    lines = [ax.plot([], [], marker=marker, label=reg)[0]
+             for reg, marker in zip(("compute", "bandwidth", "capacity"), "os^", strict=True)]
+    return SimpleNamespace(ax=ax, lines=lines)
+
+
+def _regimes_draw(a: SimpleNamespace, gpus: list[str], speedups: dict, base: str) -> None:
+    xs = np.arange(len(gpus))
+    for line, ys in zip(a.lines, speedups.values(), strict=True):
+        ys = np.array(ys, dtype=float)
+        ys[~np.isfinite(ys)] = np.nan  # an infinite or undefined ratio is left off the plot
+        line.set_data(xs, ys)
+    a.ax.set_xticks(xs, gpus)
+    a.ax.set_xlim(-0.3, len(gpus) - 0.7)
+    a.ax.set_ylabel(f"speedup per GPU vs {base}")
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view(scalex=False)
+    figures.legend(a.ax, a.lines, fontsize=7)
+
+
+_REGIMES_FIGURE = figures.LiveFigure(6.0, 3.0, _regimes_build, _regimes_draw)
+
+
+def _bytes_build(fig) -> SimpleNamespace:
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.16, top=0.96)
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    a = SimpleNamespace(ax=ax)
+    a.demand, = ax.plot([], [], label="decode step asks for")
+    a.supplies = [ax.axhline(1.0, lw=0.8, ls="--", color=f"C{i + 1}") for i in range(len(ds.GENERATIONS))]
+    a.batch = ax.axvline(1.0, color="red", lw=1, label="this batch")
+    ax.set_xlabel("batch (sequences)")
+    ax.set_ylabel("HBM bytes per FLOP")
+    return a
+
+
+def _bytes_draw(a: SimpleNamespace, bs, curve, supplies: dict, batch: int) -> None:
+    a.demand.set_data(bs, curve)
+    for line, (label, value) in zip(a.supplies, supplies.items(), strict=True):
+        line.set_ydata([value, value])
+        line.set_label(label)
+    a.batch.set_xdata([batch, batch])
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [a.demand, *a.supplies, a.batch], fontsize=6, ncol=2)
+
+
+_BYTES_FIGURE = figures.LiveFigure(6.0, 3.0, _bytes_build, _bytes_draw)

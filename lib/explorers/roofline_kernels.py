@@ -3,9 +3,11 @@ and where the roofline breaks (I009)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
-from lib.book.svgplot import figure
+from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import collectives, gaps
 from lib.perf import decode_kernels as dk
@@ -72,19 +74,7 @@ def kernel_ranking(
         k, n, bias = shapes[name]
         out = dk.LOGIT_BYTES if name == "lm_head" else None
         curves[name] = dk.gemm_intensity(k, n, batches, weight_dtype, "bf16", bias, out)
-    fig, ax = figure()
-    for name in GEMMS:
-        ax.loglog(batches, curves[name], lw=1.2, label=name)
-    ax.axhline(att, color="black", lw=2, label=f"attention ({sig(att)})")
-    ax.axhline(
-        g.ridge_point(cdt), color="grey", ls="--", lw=1, label=f"ridge {sig(g.ridge_point(cdt))}"
-    )
-    ax.axvline(batch, color="red", lw=1)
-    ax.set_xlabel("batch (sequences decoding together)")
-    ax.set_ylabel("FLOP / byte")
-    ax.minorticks_off()
-    ax.legend(fontsize=7, ncol=2)
-    fig.subplots_adjust(bottom=0.16)
+    fig = _RANKING_FIGURE(batches, curves, att, g.ridge_point(cdt), batch)
     by = {r.name: r for r in table}
     gemm_t = sum(by[n].roofline_s for n in GEMMS)
     elem_t = sum(r.roofline_s for r in table if r.category in ("elementwise", "sampling"))
@@ -157,21 +147,7 @@ def batch1_gap(
                             allreduce_algorithm=allreduce)
     trace, b = gaps.suspects(dep, 1, context, a)
     floor = gaps.roofline_plan(dep, 1, 0)["memory_s"]
-    fig, ax = figure(6.4, 2.4)
-    left = 0.0
-    for key in ("floor",) + gaps.BUCKETS:
-        ax.barh(
-            [0],
-            [b[key] * 1e3],
-            left=left,
-            label="floor" if key == "floor" else gaps.BUCKET_LABEL[key],
-        )
-        left += b[key] * 1e3
-    ax.axvline(floor * 1e3, color="black", lw=1)
-    ax.set_yticks([])
-    ax.set_xlabel("ms per decode step (black line: weights read / tp / W)")
-    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.45))
-    fig.subplots_adjust(bottom=0.5)
+    fig = _GAP_FIGURE(b, floor)
     rows = [
         ("roofline floor (weights read / tp / W)", fmt_time(floor)),
         ("matmul-weight floor (what the GEMVs read)", fmt_time(b["floor"])),
@@ -223,20 +199,7 @@ def where_it_breaks(
     rows_w = gaps.plan_waterfall(dep, batch, context, prompt_len, output_len, a, clock_fraction)
     plan = rows_w[0][1]
     total = sum(v for _, v in rows_w)
-    fig, ax = figure(6.4, 3.2)
-    left = 0.0
-    for i, (_label, v) in enumerate(rows_w):
-        ax.barh(
-            [len(rows_w) - 1 - i],
-            [v * 1e3],
-            left=[left * 1e3 if i else 0.0],
-            color="#4c72b0" if i == 0 else "#c44e52",
-        )
-        left += v
-    ax.set_yticks(range(len(rows_w)))
-    ax.set_yticklabels([lbl for lbl, _ in rows_w][::-1], fontsize=7)
-    ax.set_xlabel("ms per decode step")
-    fig.subplots_adjust(left=0.42, bottom=0.16)
+    fig = _WATERFALL_FIGURE(rows_w, layout=(len(rows_w),))
     rows = [(label, fmt_time(v)) for label, v in rows_w]
     plan_d = gaps.roofline_plan(dep, batch, context)
     rows += [
@@ -258,3 +221,89 @@ def where_it_breaks(
         fig,
         values={"plan_s": plan, "total_s": total},
     )
+
+
+# ---- figures (one persistent matplotlib figure per explorer, lib.book.figures) -----------------
+
+
+def _ranking_build(fig) -> SimpleNamespace:
+    fig.subplots_adjust(bottom=0.16)
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    a = SimpleNamespace(ax=ax)
+    a.gemms = [ax.plot([], [], lw=1.2, label=name)[0] for name in GEMMS]
+    a.attention = ax.axhline(1.0, color="black", lw=2)
+    a.ridge = ax.axhline(1.0, color="grey", ls="--", lw=1)
+    a.batch = ax.axvline(1.0, color="red", lw=1, label="this batch")
+    ax.set_xlabel("batch (sequences decoding together)")
+    ax.set_ylabel("FLOP / byte")
+    return a
+
+
+def _ranking_draw(a: SimpleNamespace, batches, curves: dict, att: float, ridge: float, batch: int) -> None:
+    for line, name in zip(a.gemms, GEMMS, strict=True):
+        line.set_data(batches, curves[name])
+    a.attention.set_ydata([att, att])
+    a.attention.set_label(f"attention ({sig(att)})")
+    a.ridge.set_ydata([ridge, ridge])
+    a.ridge.set_label(f"ridge {sig(ridge)}")
+    a.batch.set_xdata([batch, batch])
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [*a.gemms, a.attention, a.ridge, a.batch], fontsize=7, ncol=2)
+
+
+_RANKING_FIGURE = figures.LiveFigure(6.0, 3.0, _ranking_build, _ranking_draw)
+
+
+def _gap_build(fig) -> SimpleNamespace:
+    fig.subplots_adjust(bottom=0.5)
+    ax = fig.add_subplot()
+    a = SimpleNamespace(ax=ax, keys=("floor",) + gaps.BUCKETS)
+    a.bars = [ax.barh([0], [0.0])[0] for _ in a.keys]
+    for bar, key in zip(a.bars, a.keys, strict=True):
+        bar.set_label("floor" if key == "floor" else gaps.BUCKET_LABEL[key])
+    a.floor = ax.axvline(0.0, color="black", lw=1, label="weights read / tp / W")
+    ax.set_yticks([])
+    ax.set_xlabel("ms per decode step (black line: weights read / tp / W)")
+    return a
+
+
+def _gap_draw(a: SimpleNamespace, buckets: dict, floor: float) -> None:
+    left = 0.0
+    for bar, key in zip(a.bars, a.keys, strict=True):
+        bar.set_x(left)
+        bar.set_width(buckets[key] * 1e3)
+        left += buckets[key] * 1e3
+    a.floor.set_xdata([floor * 1e3] * 2)
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [*a.bars, a.floor], fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+
+
+_GAP_FIGURE = figures.LiveFigure(6.4, 2.4, _gap_build, _gap_draw)
+
+
+def _waterfall_build(fig, n: int) -> SimpleNamespace:
+    fig.subplots_adjust(left=0.42, bottom=0.16)
+    ax = fig.add_subplot()
+    bars = ax.barh(np.arange(n)[::-1], np.zeros(n), color=["#4c72b0"] + ["#c44e52"] * (n - 1))
+    bars[0].set_label("the roofline plan")
+    bars[1].set_label("what each break adds")
+    ax.set_xlabel("ms per decode step")
+    return SimpleNamespace(ax=ax, bars=bars)
+
+
+def _waterfall_draw(a: SimpleNamespace, rows_w: list) -> None:
+    left = 0.0
+    for i, (bar, (_label, v)) in enumerate(zip(a.bars, rows_w, strict=True)):
+        bar.set_x(left * 1e3 if i else 0.0)
+        bar.set_width(v * 1e3)
+        left += v
+    a.ax.set_yticks(range(len(rows_w)), [label for label, _ in rows_w][::-1], fontsize=7)
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, a.bars.patches[:2], fontsize=7, loc="upper right")
+
+
+_WATERFALL_FIGURE = figures.LiveFigure(6.4, 3.2, _waterfall_build, _waterfall_draw)

@@ -5,10 +5,11 @@ prefill floor, decode batching against the KV cache, and decode-attention intens
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
-from lib.book.svgplot import figure
+from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import attention_intensity as ai
 from lib.perf import prefill as pf
@@ -60,18 +61,7 @@ def flops_per_token(model: str, context: int) -> View:
     hi = int(max(2.2 * breakeven, 1.3 * context, 1024))
     c = np.linspace(0, hi, 120)
     a = m.attention_flops_per_token(1) * c
-    fig, ax = figure()
-    ax.stackplot(
-        c / 1e3,
-        [np.full_like(c, two_n / 1e9), a / 1e9],
-        labels=["2N (weights)", "attention"],
-        alpha=0.7,
-    )
-    ax.axvline(breakeven / 1e3, color="black", ls="--", lw=1, label=f"breakeven {sig(breakeven)}")
-    ax.axvline(context / 1e3, color="red", lw=1, label=f"context {context}")
-    ax.set_xlabel("context (thousand tokens)")
-    ax.set_ylabel("GFLOP per token")
-    ax.legend(fontsize=7, loc="upper left")
+    fig = _FLOPS_FIGURE(c, two_n, a, breakeven, context)
     rows = [
         ("stored parameters", fmt_count(m.params_total)),
         ("active parameters", fmt_count(m.params_active)),
@@ -112,13 +102,7 @@ def crossover_coincidence(model: str, gpu: str, weight_dtype: str, compute_dtype
             names.append(key)
             crosses.append(pf.weight_read_crossover_tokens(m, chip, weight_dtype, compute_dtype))
             ridges.append(chip.ridge_point(compute_dtype))
-    fig, ax = figure(6.0, 2.8)
-    x = np.arange(len(names))
-    ax.bar(x - 0.2, ridges, 0.4, label=f"ridge, {compute_dtype} (FLOP/byte)")
-    ax.bar(x + 0.2, crosses, 0.4, label="crossover (tokens per pass)")
-    ax.set_xticks(x, names, rotation=30, fontsize=7)
-    ax.legend(fontsize=7)
-    fig.subplots_adjust(bottom=0.25)
+    fig = _COINCIDENCE_FIGURE(names, ridges, crosses, compute_dtype)
     rows = [
         ("ridge point", f"{sig(ridge)} FLOP/byte"),
         ("crossover", f"{sig(cross)} tokens per pass"),
@@ -152,17 +136,8 @@ def pass_bottleneck(model: str, gpu: str, tp: int, dtype: str, tokens: int) -> V
     cross = pf.weight_read_crossover_tokens(m, g, dtype, dtype)
     t = np.unique(np.geomspace(1, max(4 * tokens, 8 * cross, 16), 40).astype(int))
     reads = _weights_read(m, t, dtype) / tp / g.memory_bandwidth / MS
-    fig, ax = figure()
-    ax.loglog(t, reads, label="weight read")
-    ax.loglog(
-        t, m.weight_flops_per_token() * t / tp / g.peak_flops(dtype) / MS, label="matmul at peak"
-    )
-    ax.axvline(cross, color="grey", ls="--", lw=1, label=f"crossover {sig(cross)}")
-    ax.axvline(tokens, color="red", lw=1, label=f"this pass: {tokens}")
-    ax.set_xlabel("tokens in one forward pass")
-    ax.set_ylabel("ms per pass (per GPU)")
-    ax.minorticks_off()
-    ax.legend(fontsize=7)
+    matmul = m.weight_flops_per_token() * t / tp / g.peak_flops(dtype) / MS
+    fig = _PASS_FIGURE(t, reads, matmul, cross, tokens)
     step = max(read_s, matmul_s)
     rows = [
         ("weight read", fmt_time(read_s)),
@@ -211,17 +186,7 @@ def prefill_floor(
     per_key = m.attention_flops_per_token(1) if include_attention else 0.0
     flops = m.weight_flops_per_token() * lengths + per_key * lengths * (lengths + 1) / 2
     peak = n_gpus * g.peak_flops(dtype)
-    fig, ax = figure()
-    for frac, style in ((1.0, "--"), (mfu, "-")):
-        ax.loglog(
-            lengths, flops / (peak * frac), style, label=f"compute at {fmt_pct(frac)} of peak"
-        )
-    ax.axhline(est.memory_s, color="grey", lw=1, label="weight-read floor")
-    ax.plot([prompt_len], [est.time_s], "o", color="red")
-    ax.set_xlabel("prompt tokens")
-    ax.set_ylabel("seconds")
-    ax.minorticks_off()
-    ax.legend(fontsize=7)
+    fig = _PREFILL_FIGURE(lengths, flops / peak, mfu, est.memory_s, prompt_len, est.time_s)
     rows = [
         ("FLOPs", f"{sig(est.flops / 1e15)} PFLOP"),
         ("of which attention", fmt_pct(est.flops_attention / est.flops)),
@@ -272,20 +237,8 @@ def decode_batch_ceiling(
     b = np.unique(np.geomspace(1, hi, 40).astype(int))
     w = _weights_read(m, b, weight_dtype) / tp
     kv_seq = context * m.kv_bytes_per_token(kv_dtype) * rf.kv_shard_fraction(m, tp)
-    fig, ax = figure()
-    ax.loglog(b, b * m.weight_flops_per_token() / tp / w, label="weight GEMMs only")
-    ax.loglog(
-        b,
-        b * m.flops_per_token(context) / tp / (w + b * kv_seq),
-        label=f"whole step, KV at {context} tokens",
-    )
-    ax.axhline(ridge, color="grey", ls="--", lw=1, label=f"ridge {sig(ridge)}")
-    if b_max >= 1:
-        ax.axvline(b_max, color="red", lw=1, label=f"KV capacity {sig(b_max)}")
-    ax.set_xlabel("batch (sequences)")
-    ax.set_ylabel("FLOP/byte")
-    ax.minorticks_off()
-    ax.legend(fontsize=7)
+    fig = _CEILING_FIGURE(b, b * m.weight_flops_per_token() / tp / w,
+                          b * m.flops_per_token(context) / tp / (w + b * kv_seq), context, ridge, b_max)
     at_cap = (
         pf.decode_intensity(m, int(b_max), context, tp, weight_dtype, kv_dtype) if b_max >= 1 else 0.0
     )
@@ -348,3 +301,145 @@ def attention_intensity(
         fig,
         values={"limit": limit, "exact": exact, "ridge": ridge},
     )
+
+
+# ---- figures (one persistent matplotlib figure per explorer, lib.book.figures) -----------------
+
+
+def _flops_build(fig) -> SimpleNamespace:
+    ax = fig.add_subplot()
+    a = SimpleNamespace(ax=ax)
+    a.weights = ax.fill_between([0.0, 1.0], 0.0, 0.0, alpha=0.7, color="C0", label="2N (weights)", lw=0)
+    a.attention = ax.fill_between([0.0, 1.0], 0.0, 0.0, alpha=0.7, color="C1", label="attention", lw=0)
+    a.breakeven = ax.axvline(0.0, color="black", ls="--", lw=1)
+    a.context = ax.axvline(0.0, color="red", lw=1)
+    ax.set_xlabel("context (thousand tokens)")
+    ax.set_ylabel("GFLOP per token")
+    return a
+
+
+def _flops_draw(a: SimpleNamespace, c, two_n: float, attention, breakeven: float, context: int) -> None:
+    x, base = c / 1e3, np.full_like(c, two_n / 1e9)
+    a.weights.set_data(x, 0.0, base)
+    a.attention.set_data(x, base, base + attention / 1e9)
+    a.breakeven.set_xdata([breakeven / 1e3] * 2)
+    a.breakeven.set_label(f"breakeven {sig(breakeven)}")
+    a.context.set_xdata([context / 1e3] * 2)
+    a.context.set_label(f"context {context}")
+    a.ax.set_xlim(0.0, x[-1])
+    a.ax.set_ylim(0.0, 1.05 * float(np.max(base + attention / 1e9)))
+    figures.legend(a.ax, [a.weights, a.attention, a.breakeven, a.context], fontsize=7, loc="upper left")
+
+
+_FLOPS_FIGURE = figures.LiveFigure(6.0, 3.0, _flops_build, _flops_draw)
+
+
+def _coincidence_build(fig) -> SimpleNamespace:
+    fig.subplots_adjust(bottom=0.25)
+    ax = fig.add_subplot()
+    x = np.arange(len(GPUS))  # a bar pair per GPU; GPUs without the matmul dtype are hidden
+    a = SimpleNamespace(ax=ax)
+    a.ridges = ax.bar(x - 0.2, np.zeros(len(GPUS)), 0.4)
+    a.crosses = ax.bar(x + 0.2, np.zeros(len(GPUS)), 0.4, label="crossover (tokens per pass)")
+    return a
+
+
+def _coincidence_draw(a: SimpleNamespace, names: list[str], ridges, crosses, compute_dtype: str) -> None:
+    for bars, heights in ((a.ridges, ridges), (a.crosses, crosses)):
+        for i, bar in enumerate(bars):
+            bar.set_visible(i < len(names))
+            bar.set_height(heights[i] if i < len(names) else 0.0)
+    a.ridges.set_label(f"ridge, {compute_dtype} (FLOP/byte)")
+    a.ax.set_xticks(np.arange(len(names)), names, rotation=30, fontsize=7)
+    a.ax.set_xlim(-0.6, len(names) - 0.4)
+    a.ax.set_ylim(0, 1.3 * max(*ridges, *crosses))  # room for the legend above the bars
+    figures.legend(a.ax, [a.ridges, a.crosses], fontsize=7, loc="upper left", ncol=2)
+
+
+_COINCIDENCE_FIGURE = figures.LiveFigure(6.0, 2.8, _coincidence_build, _coincidence_draw)
+
+
+def _pass_build(fig) -> SimpleNamespace:
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    a = SimpleNamespace(ax=ax)
+    a.read, = ax.plot([], [], label="weight read")
+    a.matmul, = ax.plot([], [], label="matmul at peak")
+    a.cross = ax.axvline(1.0, color="grey", ls="--", lw=1)
+    a.tokens = ax.axvline(1.0, color="red", lw=1)
+    ax.set_xlabel("tokens in one forward pass")
+    ax.set_ylabel("ms per pass (per GPU)")
+    return a
+
+
+def _pass_draw(a: SimpleNamespace, t, reads, matmul, cross: float, tokens: int) -> None:
+    a.read.set_data(t, reads)
+    a.matmul.set_data(t, matmul)
+    a.cross.set_xdata([cross, cross])
+    a.cross.set_label(f"crossover {sig(cross)}")
+    a.tokens.set_xdata([tokens, tokens])
+    a.tokens.set_label(f"this pass: {tokens}")
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [a.read, a.matmul, a.cross, a.tokens], fontsize=7)
+
+
+_PASS_FIGURE = figures.LiveFigure(6.0, 3.0, _pass_build, _pass_draw)
+
+
+def _prefill_build(fig) -> SimpleNamespace:
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    a = SimpleNamespace(ax=ax)
+    a.peak, = ax.plot([], [], "--", color="C0", label="compute at 100% of peak")
+    a.achieved, = ax.plot([], [], "-", color="C1")
+    a.floor = ax.axhline(1.0, color="grey", lw=1, label="weight-read floor")
+    a.point, = ax.plot([], [], "o", color="red", label="this prompt (prefill floor)")
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("seconds")
+    return a
+
+
+def _prefill_draw(a: SimpleNamespace, lengths, at_peak_s, mfu: float, floor_s: float, prompt_len: int,
+                  time_s: float) -> None:
+    a.peak.set_data(lengths, at_peak_s)
+    a.achieved.set_data(lengths, at_peak_s / mfu)
+    a.achieved.set_label(f"compute at {fmt_pct(mfu)} of peak")
+    a.floor.set_ydata([floor_s, floor_s])
+    a.point.set_data([prompt_len], [time_s])
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [a.peak, a.achieved, a.floor, a.point], fontsize=7)
+
+
+_PREFILL_FIGURE = figures.LiveFigure(6.0, 3.0, _prefill_build, _prefill_draw)
+
+
+def _ceiling_build(fig) -> SimpleNamespace:
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    a = SimpleNamespace(ax=ax)
+    a.gemms, = ax.plot([], [], label="weight GEMMs only")
+    a.step, = ax.plot([], [])
+    a.ridge = ax.axhline(1.0, color="grey", ls="--", lw=1)
+    a.kv = ax.axvline(1.0, color="red", lw=1)
+    ax.set_xlabel("batch (sequences)")
+    ax.set_ylabel("FLOP/byte")
+    return a
+
+
+def _ceiling_draw(a: SimpleNamespace, b, gemms, step, context: int, ridge: float, b_max: float) -> None:
+    a.gemms.set_data(b, gemms)
+    a.step.set_data(b, step)
+    a.step.set_label(f"whole step, KV at {context} tokens")
+    a.ridge.set_ydata([ridge, ridge])
+    a.ridge.set_label(f"ridge {sig(ridge)}")
+    a.kv.set_xdata([b_max, b_max])
+    a.kv.set_label(f"KV capacity {sig(b_max)}")
+    a.kv.set_visible(b_max >= 1)
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, [a.gemms, a.step, a.ridge, a.kv], fontsize=7)
+
+
+_CEILING_FIGURE = figures.LiveFigure(6.0, 3.0, _ceiling_build, _ceiling_draw)

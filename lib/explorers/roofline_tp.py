@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
-from lib.book.svgplot import subplots
+import numpy as np
+
+from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf import collectives
 from lib.perf import ffn as ffn_lib
@@ -61,11 +64,8 @@ def tp_decode_step(
     one, one_reason = tps.step_at(dep, 1, batch, context, assume)
     degrees = tps.candidate_degrees(dep, max(8, tp))
     curve = tps.speedup_curve(dep, degrees, batch, context, assume, reference=one)
-    fig, (ax0, ax1) = subplots(9.0, 3.4, 2)
     one_label = "TP1" + (" (hypothetical)" if one_reason else "")
-    tps.plot_step_stack({one_label: one, f"TP{tp}": step}, ax=ax0)
-    tps.plot_speedup(curve, ax=ax1)
-    fig.subplots_adjust(left=0.12, right=0.98, wspace=0.3, bottom=0.42)
+    fig = _TP_FIGURE({one_label: one, f"TP{tp}": step}, curve)
     rows = [
         ("floor (bytes / datasheet bandwidth)", fmt_time(step.floor_s)),
         ("step total", fmt_time(step.total_s)),
@@ -111,8 +111,7 @@ def ffn_cost(
     shape = ffn_lib.ffn_shape(model, None if kind == "native" else kind)
     kw = {"weight_dtype": weight_dtype, "compute_dtype": weight_dtype, "fused": fused == "fused"}
     cost = ffn_lib.ffn_cost(shape, gpu, tokens, tp, link, **kw)
-    fig, (ax,) = subplots(6.4, 3.4)
-    ffn_lib.plot_regime_map(shape, gpu, link, point=(tokens, tp), ax=ax, **kw)
+    fig = _FFN_FIGURE(ffn_lib.regime_map(shape, gpu, link, **kw), point=(tokens, tp))
     t_ch = ffn_lib.compute_hbm_boundary_tokens(
         shape, gpu, tp, weight_dtype, "bf16", weight_dtype, fused == "fused"
     )
@@ -244,17 +243,7 @@ def mbu_pitfalls(
             "raise the measured step time"
         )
     pits = [p for p in mbu_lib.pitfalls(s, wrong_gpu) if p.key != "throughput_time"]
-    fig, (ax,) = subplots(6.4, 3.2)
-    ax.barh(
-        range(len(pits)),
-        [p.error_points for p in pits],
-        color=["#d62728" if p.error_points > 0 else "#1f77b4" for p in pits],
-    )
-    ax.set_yticks(range(len(pits)), [p.label for p in pits], fontsize=8)
-    ax.invert_yaxis()
-    ax.axvline(0, color="black", lw=1)
-    ax.set_xlabel("reported - true MBU (percentage points)")
-    fig.subplots_adjust(left=0.42)
+    fig = _PITFALLS_FIGURE(pits, layout=(len(pits),))
     rows = [("true MBU", fmt_pct(s.mbu)), ("floor", fmt_time(s.floor_s))]
     rows += [(p.label, f"{fmt_pct(p.reported)} ({p.error_points:+.1f} pts)") for p in pits]
     return View(
@@ -263,3 +252,54 @@ def mbu_pitfalls(
         fig,
         values={"true": s.mbu, **{p.key: p.reported for p in pits}},
     )
+
+
+# ---- figures (one persistent matplotlib figure per explorer, lib.book.figures) -----------------
+
+
+def _tp_build(fig) -> tuple[dict, dict]:
+    fig.subplots_adjust(right=0.98, wspace=0.3, bottom=0.42)  # left: set by draw_step_stack
+    ax0, ax1 = fig.subplots(1, 2)
+    return tps.build_step_stack(ax0, rows=2), tps.build_speedup(ax1)
+
+
+def _tp_draw(art: tuple[dict, dict], steps: dict, curve: list) -> None:
+    tps.draw_step_stack(art[0], steps)
+    tps.draw_speedup(art[1], curve)
+
+
+_TP_FIGURE = figures.LiveFigure(9.0, 3.4, _tp_build, _tp_draw)
+
+
+def _ffn_build(fig) -> dict:
+    fig.subplots_adjust(bottom=0.3)
+    return ffn_lib.build_regime_map(fig.add_subplot())
+
+
+_FFN_FIGURE = figures.LiveFigure(6.4, 3.4, _ffn_build, ffn_lib.draw_regime_map)
+
+
+def _pitfalls_build(fig, n: int) -> SimpleNamespace:
+    from matplotlib.patches import Patch
+
+    fig.subplots_adjust(left=0.42)
+    ax = fig.add_subplot()
+    bars = ax.barh(range(n), np.zeros(n))
+    ax.invert_yaxis()
+    zero = ax.axvline(0, color="black", lw=1)
+    ax.set_xlabel("reported - true MBU (percentage points)")
+    kinds = [Patch(color="#d62728", label="overstates"), Patch(color="#1f77b4", label="understates")]
+    return SimpleNamespace(ax=ax, bars=bars, zero=zero, kinds=kinds)
+
+
+def _pitfalls_draw(a: SimpleNamespace, pits: list) -> None:
+    for bar, p in zip(a.bars, pits, strict=True):
+        bar.set_width(p.error_points)
+        bar.set_color("#d62728" if p.error_points > 0 else "#1f77b4")
+    a.ax.set_yticks(range(len(pits)), [p.label for p in pits], fontsize=8)
+    a.ax.relim(visible_only=True)
+    a.ax.autoscale_view()
+    figures.legend(a.ax, a.kinds, fontsize=7, loc="best")
+
+
+_PITFALLS_FIGURE = figures.LiveFigure(6.4, 3.2, _pitfalls_build, _pitfalls_draw)

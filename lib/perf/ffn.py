@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from lib.book import figures
 from lib.inputs import integer, real
 from lib.perf import collectives
 from lib.registry.dtypes import bytes_per_element
@@ -496,6 +497,93 @@ def regime_grid(
     ]
 
 
+_REGIME_COLORS = ("#d62728", "#1f77b4", "#ff7f0e", "#ffbb78")  # one per entry of BOUNDS
+
+
+def _regime_axes(max_tokens: int, max_tp: int) -> tuple[list[int], list[int]]:
+    """The map's columns (about 49 token counts, log-spaced from 1) and rows (TP powers of two)."""
+    import numpy as np
+
+    tokens = np.unique(np.round(np.geomspace(1, max_tokens, 49)).astype(int)).tolist()
+    return tokens, [2**i for i in range(int(math.log2(max_tp)) + 1)]
+
+
+def build_regime_map(ax, max_tokens: int = 65536, max_tp: int = 64) -> dict:
+    """The artists of :func:`plot_regime_map` on ``ax`` for one grid, drawn by :func:`draw_regime_map`:
+    one collection of rectangles per binding cost (runs of cells along each row; edges in the
+    face colour hide the seams a browser leaves between abutting shapes)."""
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+
+    tokens, tps = _regime_axes(max_tokens, max_tp)
+    x_edges = np.concatenate([[tokens[0] / 1.5], np.sqrt(np.array(tokens[:-1]) * np.array(tokens[1:])),
+                              [tokens[-1] * 1.5]])
+    regions = [ax.add_collection(PolyCollection([], facecolors=color, edgecolors="face", linewidths=0.5, label=bound),
+                                 autolim=False) for color, bound in zip(_REGIME_COLORS, BOUNDS, strict=True)]
+    boundaries = [ax.plot([], [], color="black", lw=1)[0] for _ in tps]
+    point, = ax.plot([], [], "k*", ms=10)
+    figures.log_scale(ax, "x", base=2)
+    ax.set_xlim(x_edges[0], x_edges[-1])
+    ax.set_ylim(-0.5, len(tps) - 0.5)
+    ax.set_yticks(range(len(tps)), [str(n) for n in tps])
+    ax.set_xlabel("tokens in the forward pass (T)")
+    ax.set_ylabel("TP degree n")
+    ax.legend(handles=regions, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    return {"ax": ax, "tokens": tokens, "tps": tps, "x_edges": x_edges, "regions": regions,
+            "boundaries": boundaries, "point": point}
+
+
+def regime_map(shape: FFNShape, chip: str | GPU, link: str = "auto", max_tokens: int = 65536,
+               max_tp: int = 64, **kwargs) -> dict:
+    """What :func:`plot_regime_map` shows: ``tokens`` (columns), ``tps`` (rows), ``codes`` (the
+    index into :data:`BOUNDS` of the binding cost in each cell) and ``boundaries`` (each row's
+    closed-form compute/HBM boundary in tokens, None where it is off the map or off the roofline)."""
+    import numpy as np
+
+    integer("max_tokens", max_tokens, 2)
+    integer("max_tp", max_tp, 1)
+    tokens, tps = _regime_axes(max_tokens, max_tp)
+    codes = np.array([_bound_codes(cost_lines(shape, chip, n, link, **kwargs), tokens) for n in tps])
+    boundaries = []
+    for i, n in enumerate(tps):
+        t_star = compute_hbm_boundary_tokens(
+            shape, chip, n, kwargs.get("weight_dtype", "bf16"), kwargs.get("act_dtype", "bf16"),
+            kwargs.get("compute_dtype", "bf16"), kwargs.get("fused", True))
+        on_roofline = codes[i, int(np.searchsorted(tokens, min(t_star, tokens[-1])))] <= 1
+        shown = math.isfinite(t_star) and tokens[0] <= t_star <= tokens[-1] and on_roofline
+        boundaries.append(t_star if shown else None)
+    return {"tokens": tokens, "tps": tps, "codes": codes, "boundaries": boundaries}
+
+
+def draw_regime_map(art: dict, regimes: dict, point: tuple[float, int] | None = None) -> None:
+    """Colour the map built by :func:`build_regime_map` with ``regimes`` (:func:`regime_map` on
+    the same grid): black ticks at each row's compute/HBM boundary, a star at ``point`` =
+    (tokens, TP degree)."""
+    import numpy as np
+
+    tps, x = art["tps"], art["x_edges"]
+    for code, region in enumerate(art["regions"]):
+        rects = []
+        for i, row in enumerate(regimes["codes"]):
+            inside = np.concatenate([[False], row == code, [False]])
+            starts, ends = np.flatnonzero(inside[1:] & ~inside[:-1]), np.flatnonzero(~inside[1:] & inside[:-1])
+            rects += [[(x[a], i - 0.5), (x[b], i - 0.5), (x[b], i + 0.5), (x[a], i + 0.5)]
+                      for a, b in zip(starts, ends, strict=True)]
+        region.set_verts(rects)
+    for i, (t_star, tick) in enumerate(zip(regimes["boundaries"], art["boundaries"], strict=True)):
+        tick.set_data([] if t_star is None else [t_star, t_star], [] if t_star is None else [i - 0.45, i + 0.45])
+    t, n = point if point is not None else (None, None)
+    if n in tps:
+        art["point"].set_data([t], [tps.index(n)])
+    else:
+        art["point"].set_data([], [])
+
+
+def _regime_build(fig, max_tokens: int, max_tp: int) -> dict:
+    fig.subplots_adjust(bottom=0.3)
+    return build_regime_map(fig.add_subplot(), max_tokens, max_tp)
+
+
 def plot_regime_map(
     shape: FFNShape,
     chip: str | GPU,
@@ -503,60 +591,15 @@ def plot_regime_map(
     max_tokens: int = 65536,
     max_tp: int = 64,
     point: tuple[float, int] | None = None,
-    ax=None,
     **kwargs,
 ):
     """Regime map: x = tokens (log2), y = TP degree (powers of two), colour = binding cost.
 
-    Closed-form compute/HBM boundaries are drawn as black ticks on each row. Returns the Figure.
+    Closed-form compute/HBM boundaries are drawn as black ticks on each row. Returns a
+    :class:`lib.book.figures.Drawing`.
     """
-    import numpy as np
+    regimes = regime_map(shape, chip, link, max_tokens, max_tp, **kwargs)
+    return _REGIME_MAP(regimes, point, layout=(max_tokens, max_tp))
 
-    from lib.book.svgplot import Figure, Patch
 
-    if ax is None:
-        fig = Figure(figsize=(6.0, 3.25))
-        ax = fig.add_subplot()
-    else:
-        fig = ax.figure
-    tokens = np.unique(np.round(np.geomspace(1, max_tokens, 49)).astype(int)).tolist()
-    tps = [2**i for i in range(int(math.log2(max_tp)) + 1)]
-    codes = np.array(
-        [_bound_codes(cost_lines(shape, chip, n, link, **kwargs), tokens) for n in tps]
-    )
-    colors = ["#d62728", "#1f77b4", "#ff7f0e", "#ffbb78"]  # one per entry of BOUNDS
-    x_edges = np.concatenate(
-        [
-            [tokens[0] / 1.5],
-            np.sqrt(np.array(tokens[:-1]) * np.array(tokens[1:])),
-            [tokens[-1] * 1.5],
-        ]
-    )
-    y_edges = np.arange(len(tps) + 1) - 0.5
-    ax.pcolormesh(x_edges, y_edges, codes, cmap=colors, vmin=-0.5, vmax=3.5, shading="flat")
-    for i, n in enumerate(tps):
-        t_star = compute_hbm_boundary_tokens(
-            shape,
-            chip,
-            n,
-            kwargs.get("weight_dtype", "bf16"),
-            kwargs.get("act_dtype", "bf16"),
-            kwargs.get("compute_dtype", "bf16"),
-            kwargs.get("fused", True),
-        )
-        on_roofline = codes[i, int(np.searchsorted(tokens, min(t_star, tokens[-1])))] <= 1
-        if math.isfinite(t_star) and tokens[0] <= t_star <= tokens[-1] and on_roofline:
-            ax.plot([t_star, t_star], [i - 0.45, i + 0.45], color="black", lw=1)
-    if point is not None:
-        t, n = point
-        if n in tps:
-            ax.plot([t], [tps.index(n)], "k*", ms=10)
-    ax.set_xscale("log", base=2)
-    ax.set_yticks(range(len(tps)), [str(n) for n in tps])
-    ax.set_xlabel("tokens in the forward pass (T)")
-    ax.set_ylabel("TP degree n")
-    ax.minorticks_off()
-    handles = [Patch(color=c, label=b) for c, b in zip(colors, BOUNDS, strict=True)]
-    ax.legend(handles=handles, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.2))
-    fig.subplots_adjust(bottom=0.3)
-    return fig
+_REGIME_MAP = figures.LiveFigure(6.0, 3.25, _regime_build, draw_regime_map)

@@ -166,8 +166,8 @@ def fusion_saving_s(trace: Trace) -> float:
 def trace_figure(trace: Trace, layers: int = 2, buckets: dict[str, float] | None = None):
     """Two panels: the first ``layers`` layers of the trace as a Gantt strip (µs, coloured by
     kernel category, white = idle), and the step's buckets as one stacked bar (ms). Returns a
-    :class:`lib.book.svgplot.Figure`."""
-    from lib.book.svgplot import Figure
+    :class:`lib.book.figures.Drawing` (a fresh figure: a notebook draws it once)."""
+    from lib.book import figures
 
     if layers < 1:
         raise ValueError(f"layers must be >= 1, got {layers}")
@@ -178,7 +178,11 @@ def trace_figure(trace: Trace, layers: int = 2, buckets: dict[str, float] | None
         "collective": ("#c44e52", "collective"),
         "sampling": ("#8172b3", "sampling"),
     }
-    fig = Figure(figsize=(7.0, 4.5))
+    with figures.style():
+        return figures.show(_trace_figure(figures.new_figure(7.0, 4.5), trace, layers, buckets, colors))
+
+
+def _trace_figure(fig, trace: Trace, layers: int, buckets: dict[str, float] | None, colors: dict):
     ax1, ax2 = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
     qkv = [i for i, e in enumerate(trace.events) if e.name == "qkv_proj"]
     stop = qkv[layers] if len(qkv) > layers else len(trace.events)

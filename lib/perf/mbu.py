@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lib.book import figures
 from lib.inputs import fraction, integer, real
 from lib.perf.deployment import Deployment
 from lib.perf.roofline import (
@@ -339,43 +340,48 @@ def diagnose(step: DecodeStep, measured_mbu: float) -> Diagnosis:
     return Diagnosis(floor, measured, buckets, measured - floor - sum(buckets.values()))
 
 
-def plot_diagnosis(d: Diagnosis, ax=None):
-    """One horizontal bar: floor, each priced bucket, the residual; dashed line at the measured step."""
-    from lib.book.svgplot import Figure
+_DIAGNOSIS_COLORS = ("#6baed6", "#9ecae1", "#c6dbef", "#d62728", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a",
+                     "#9467bd")  # one per BUCKET_INFO entry, in order
 
-    if ax is None:
-        fig = Figure(figsize=(6.5, 2.5))
-        ax = fig.add_subplot()
-    else:
-        fig = ax.figure
-    left = d.floor_s * 1e3
-    ax.barh([0], [left], color="#1f77b4", label="floor")
-    colors = [
-        "#6baed6",
-        "#9ecae1",
-        "#c6dbef",
-        "#d62728",
-        "#ff7f0e",
-        "#ffbb78",
-        "#2ca02c",
-        "#98df8a",
-        "#9467bd",
-    ]
-    for (name, s), color in zip(d.buckets.items(), colors, strict=True):
-        if s > 0:
-            ax.barh([0], [s * 1e3], left=left, color=color, label=BUCKET_INFO[name][0])
-            left += s * 1e3
-    ax.barh(
-        [0],
-        [d.residual_s * 1e3],
-        left=left,
-        color="#cccccc",
-        hatch="//" if d.residual_s < 0 else None,
-        label="unexplained residual",
-    )
-    ax.axvline(d.measured_s * 1e3, color="black", ls="--", lw=1)
+
+def _diagnosis_build(fig) -> dict:
+    fig.subplots_adjust(bottom=0.6, top=0.95)
+    ax = fig.add_subplot()
+    names = {"floor": "floor", **{name: info[0] for name, info in BUCKET_INFO.items()},
+             "residual": "unexplained residual"}
+    colors = ("#1f77b4", *_DIAGNOSIS_COLORS, "#cccccc")
+    bars = {}
+    for (name, label), color in zip(names.items(), colors, strict=True):
+        bars[name] = ax.barh([0], [0.0], color=color)[0]
+        bars[name].set_label(label)
+    measured = ax.axvline(0.0, color="black", ls="--", lw=1, label="measured step")
     ax.set_yticks([])
     ax.set_xlabel("ms per decode step (dashed: measured)")
-    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.45))
-    fig.subplots_adjust(bottom=0.55)
-    return fig
+    return {"ax": ax, "bars": bars, "measured": measured}
+
+
+def _diagnosis_draw(art: dict, d: Diagnosis) -> None:
+    widths = {"floor": d.floor_s, **d.buckets, "residual": d.residual_s}
+    left = 0.0
+    for name, bar in art["bars"].items():
+        w = widths[name] * 1e3
+        bar.set_x(left)
+        bar.set_width(w)
+        bar.set_visible(name in ("floor", "residual") or w > 0)
+        left += w if bar.get_visible() else 0.0
+    art["bars"]["residual"].set_hatch("//" if d.residual_s < 0 else None)
+    art["measured"].set_xdata([d.measured_s * 1e3] * 2)
+    ax = art["ax"]
+    ax.relim(visible_only=True)
+    ax.autoscale_view()
+    figures.legend(ax, [*art["bars"].values(), art["measured"]], fontsize=7, ncol=2, loc="upper center",
+                   bbox_to_anchor=(0.5, -0.35))
+
+
+def plot_diagnosis(d: Diagnosis):
+    """One horizontal bar: floor, each priced bucket, the residual (hatched when negative); dashed
+    line at the measured step. Returns a :class:`lib.book.figures.Drawing`."""
+    return _DIAGNOSIS(d)
+
+
+_DIAGNOSIS = figures.LiveFigure(6.5, 3.0, _diagnosis_build, _diagnosis_draw)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lib.book import figures
 from lib.inputs import real
 from lib.perf.moe import expected_experts_touched
 from lib.registry.dtypes import bytes_per_element
@@ -251,35 +252,49 @@ def per_gpu_bytes(mdl: str | Model, tp: int = 1, weight_dtype: str = "bf16", kv_
     return m.weight_bytes(weight_dtype) / tp + kv_bytes_total * kv_shard_fraction(m, tp)
 
 
-def plot_roofline(chip: str | GPU, dtype: str = "bf16", points: dict[str, float] | None = None,
-                  ax=None):
-    """Log-log roofline of ``chip`` with labelled kernels at their intensities; returns the Figure."""
+def _roofline_build(fig, npoints: int) -> dict:
+    ax = fig.add_subplot()
+    figures.log_scale(ax)
+    roof, = ax.plot([], [], color="black", lw=2)
+    ridge = ax.axvline(1.0, color="grey", ls="--", lw=1)
+    ridge_text = ax.text(1.0, 1.0, "", rotation=90, fontsize=8, ha="right", va="center")
+    points = [ax.plot([], [], "o", color=f"C{i}")[0] for i in range(npoints)]
+    names = [ax.annotate("", (1.0, 1.0), textcoords="offset points", xytext=(4, -10), fontsize=8)
+             for _ in range(npoints)]
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("attainable TFLOP/s")
+    ax.grid(True)
+    return {"ax": ax, "roof": roof, "ridge": ridge, "ridge_text": ridge_text, "points": points, "names": names}
+
+
+def _roofline_draw(art: dict, label: str, x, y, ridge: float, points: list[tuple[str, float, float]]) -> None:
+    art["roof"].set_data(x, y)
+    art["roof"].set_label(label)
+    art["ridge"].set_xdata([ridge, ridge])
+    art["ridge_text"].set_position((ridge, y.max() * 0.5))
+    art["ridge_text"].set_text(f"ridge {ridge:.0f}")
+    for (name, intensity, perf), dot, text in zip(points, art["points"], art["names"], strict=True):
+        dot.set_data([intensity], [perf])
+        dot.set_label(name)
+        text.xy = (intensity, perf)
+        text.set_text(name)
+    ax = art["ax"]
+    ax.relim(visible_only=True)
+    ax.autoscale_view()
+    figures.legend(ax, [art["roof"], *art["points"]], loc="lower right", fontsize=8)
+
+
+def plot_roofline(chip: str | GPU, dtype: str = "bf16", points: dict[str, float] | None = None):
+    """Log-log roofline of ``chip`` (attainable TFLOP/s against FLOP/byte) with labelled kernels at
+    their intensities; returns a :class:`lib.book.figures.Drawing`."""
     import numpy as np
 
-    from lib.book.svgplot import Figure
-
     g = gpu(chip)
-    if ax is None:
-        fig = Figure(figsize=(6.0, 3.4))
-        ax = fig.add_subplot()
-    else:
-        fig = ax.figure
     ridge = g.ridge_point(dtype)
     x = np.logspace(-1, np.log10(max(ridge * 20, 10)), 200)
     y = np.minimum(g.peak_flops(dtype), x * g.memory_bandwidth) / 1e12
-    ax.loglog(x, y, color="black", lw=2, label=f"{g.key} {dtype}")
-    ax.axvline(ridge, color="grey", ls="--", lw=1)
-    ax.annotate(f"ridge {ridge:.0f}", (ridge, y.max() * 0.5), rotation=90, fontsize=8, ha="right")
-    for label, intensity in (points or {}).items():
-        perf = attainable_flops(intensity, g, dtype) / 1e12
-        ax.plot([intensity], [perf], "o")
-        ax.annotate(label, (intensity, perf), textcoords="offset points", xytext=(4, -10), fontsize=8)
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("attainable TFLOP/s")
-    ax.minorticks_off()  # log-axis minor ticks cost most of the render time
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    return fig
+    pts = [(name, i, attainable_flops(i, g, dtype) / 1e12) for name, i in (points or {}).items()]
+    return _ROOFLINE(f"{g.key} {dtype}", x, y, ridge, pts, layout=(len(pts),))
 
 
 def torch_counted_flops_per_token(mdl: str | Model, context: int = 0) -> float:
@@ -345,3 +360,6 @@ def torch_counted_flops_per_token(mdl: str | Model, context: int = 0) -> float:
                 ffn(x_att, m.intermediate_size)
         x @ w(d, m.vocab_size)  # output head (tied or not, it is a matmul)
     return float(counter.get_total_flops())
+
+
+_ROOFLINE = figures.LiveFigure(6.0, 3.4, _roofline_build, _roofline_draw)

@@ -18,7 +18,8 @@ model the TP questions:
 - :func:`best_tp`: the minimum of the modelled step over the TP degrees a real engine can
   deploy (the Deployment builds: TP shards the heads, the weights fit; groups beyond a node
   are whole nodes and pay the network, see :mod:`lib.perf.collectives`);
-- :func:`plot_step_stack`, :func:`plot_speedup`: the stacked buckets and the curve.
+- :func:`plot_step_stack`, :func:`plot_speedup`: the stacked buckets and the curve (each also as
+  ``build_*``/``draw_*`` for an explorer's persistent figure, :mod:`lib.book.figures`).
 - :func:`require_serves`: refuse a batch the KV cache cannot hold or a context past the window;
   :func:`group_link`: the name of the link a TP group's collectives cross (NVLink, Infinity Fabric, PCIe, network).
 
@@ -34,6 +35,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from lib.book import figures
 from lib.inputs import integer
 from lib.perf.collectives import gpus_per_node
 from lib.perf.deployment import Deployment, require, tp_shards
@@ -327,56 +329,93 @@ LABELS = {
 }
 
 
-def plot_step_stack(steps: dict, ax=None, unit_s: float = 1e-3):
-    """Horizontal stacked bars of the step buckets, one per labelled DecodeStep; returns the Figure."""
-    from lib.book.svgplot import Figure
+def build_step_stack(ax, rows: int = 1) -> dict:
+    """The artists of :func:`plot_step_stack` on ``ax``: one bar per bucket on each of ``rows``
+    rows, drawn by :func:`draw_step_stack` (a persistent figure builds them once)."""
+    bars = {}
+    for name in BUCKETS:
+        bars[name] = ax.barh(range(rows), [0.0] * rows, color=_COLORS[name],
+                             label=LABELS.get(name, name.replace("_", " ")))
+    ax.invert_yaxis()
+    return {"ax": ax, "bars": bars}
 
+
+def draw_step_stack(art: dict, steps: dict, unit_s: float = 1e-3, legend_kw: dict | None = None) -> None:
+    """Set the bars built by :func:`build_step_stack` to ``steps`` (label -> DecodeStep, one per
+    row, at most the rows built); buckets that are zero on every row leave the legend."""
+    ax, labels = art["ax"], list(steps)
+    left = [0.0] * len(labels)
+    for name, bars in art["bars"].items():
+        widths = [max(steps[label][name], 0.0) / unit_s for label in labels]
+        for i, bar in enumerate(bars):  # rows past len(steps) stay hidden
+            bar.set_visible(i < len(labels) and any(w > 0 for w in widths))
+            if i < len(labels):
+                bar.set_x(left[i])
+                bar.set_width(widths[i])
+                left[i] += widths[i]
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    # room for the longest row label on the left (about 0.6 em a character at 8 pt, plus the ticks)
+    label_in = (0.6 * 8 * max(len(label) for label in labels) + 14) / 72
+    ax.figure.subplots_adjust(left=max(0.12, label_in / ax.figure.get_figwidth()))
+    ax.set_xlim(0.0, 1.05 * max(max(left), 1e-12))
+    ax.set_xlabel("ms per decode step" if unit_s == 1e-3 else "time")
+    figures.legend(ax, art["bars"].values(), **(legend_kw or {"fontsize": 7, "ncol": 3, "loc": "upper center",
+                                                                 "bbox_to_anchor": (0.5, -0.3)}))
+
+
+def _step_stack_build(fig, rows: int):
+    fig.set_size_inches(6.5, 0.5 * rows + 1.5)
+    fig.subplots_adjust(bottom=0.42)
+    return build_step_stack(fig.add_subplot(), rows)
+
+
+def plot_step_stack(steps: dict, unit_s: float = 1e-3):
+    """Horizontal stacked bars of the step buckets, one row per labelled DecodeStep (first on
+    top); returns a :class:`lib.book.figures.Drawing`."""
     if not steps:
         raise ValueError("steps must hold at least one labelled DecodeStep")
-    if ax is None:
-        fig = Figure(figsize=(6.5, 0.5 * len(steps) + 1.5))
-        ax = fig.add_subplot()
-    else:
-        fig = ax.figure
-    labels = list(steps)
-    seen: set[str] = set()
-    for i, label in enumerate(labels):
-        left = 0.0
-        for name in BUCKETS:
-            v = steps[label][name] / unit_s
-            if v <= 0:
-                continue
-            ax.barh([i], [v], left=left, color=_COLORS[name],
-                    label=None if name in seen else LABELS.get(name, name.replace("_", " ")))
-            seen.add(name)
-            left += v
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms per decode step" if unit_s == 1e-3 else "time")
-    handles, names = ax.get_legend_handles_labels()
-    ax.legend(handles, names, fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.3))
-    fig.subplots_adjust(left=0.25, bottom=0.42)
-    return fig
+    return _STEP_STACK(steps, unit_s, layout=(len(steps),))
 
 
-def plot_speedup(curve: list[SpeedupPoint], ax=None, label: str = "modelled"):
-    """Speedup against TP degree with the ideal line; deployable degrees filled, hypothetical open."""
-    from lib.book.svgplot import Figure
+def build_speedup(ax) -> dict:
+    """The artists of :func:`plot_speedup` on ``ax``, drawn by :func:`draw_speedup`."""
+    ideal, = ax.plot([], [], color="grey", ls="--", lw=1, label="ideal (n x)")
+    model, = ax.plot([], [], color="#d62728", lw=1.5)
+    valid, = ax.plot([], [], "o", color="#d62728", label="deployable")
+    hypothetical, = ax.plot([], [], "o", color="#d62728", mfc="white", label="not deployable")
+    ax.set_xlabel("tensor-parallel degree n")
+    ax.set_ylabel("speedup over the reference")
+    ax.grid(True)
+    return {"ax": ax, "ideal": ideal, "model": model, "valid": valid, "hypothetical": hypothetical}
 
+
+def draw_speedup(art: dict, curve: list[SpeedupPoint], label: str = "modelled") -> None:
+    """Set the lines built by :func:`build_speedup` to ``curve``."""
+    xs = [p.tp for p in curve]
+    art["ideal"].set_data(xs, xs)
+    art["model"].set_data(xs, [p.speedup for p in curve])
+    art["model"].set_label(label)
+    for key, valid in (("valid", True), ("hypothetical", False)):
+        pts = [p for p in curve if p.valid == valid]
+        art[key].set_data([p.tp for p in pts], [p.speedup for p in pts])
+        art[key].set_visible(bool(pts))
+    ax = art["ax"]
+    ax.relim(visible_only=True)
+    ax.autoscale_view()
+    figures.legend(ax, [art[k] for k in ("ideal", "model", "valid", "hypothetical")], fontsize=7, loc="upper left")
+
+
+def _speedup_build(fig):
+    return build_speedup(fig.add_subplot())
+
+
+def plot_speedup(curve: list[SpeedupPoint], label: str = "modelled"):
+    """Speedup against TP degree with the ideal line; deployable degrees filled, hypothetical
+    open; returns a :class:`lib.book.figures.Drawing`."""
     if not curve:
         raise ValueError("curve must hold at least one point")
-    if ax is None:
-        fig = Figure(figsize=(5.0, 3.25))
-        ax = fig.add_subplot()
-    else:
-        fig = ax.figure
-    xs = [p.tp for p in curve]
-    ax.plot(xs, xs, color="grey", ls="--", lw=1, label="ideal (n x)")
-    ax.plot(xs, [p.speedup for p in curve], color="#d62728", lw=1.5, label=label)
-    for p in curve:
-        ax.plot([p.tp], [p.speedup], "o", color="#d62728", mfc="#d62728" if p.valid else "white")
-    ax.set_xlabel("tensor-parallel degree n (open: not deployable)")
-    ax.set_ylabel("speedup over the reference")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
-    return fig
+    return _SPEEDUP(curve, label)
+
+
+_STEP_STACK = figures.LiveFigure(6.5, 2.5, _step_stack_build, draw_step_stack)
+_SPEEDUP = figures.LiveFigure(5.0, 3.25, _speedup_build, draw_speedup)
