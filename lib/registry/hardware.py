@@ -2,7 +2,9 @@
 
 ``gpu("h100-sxm").peak_flops("bf16")`` is the DENSE tensor-core peak in FLOP/s (datasheet
 sparse figures halved); ``memory_bandwidth`` is bytes/s; ``scaleup_bandwidth`` is the NVLink
-(or Infinity Fabric per-peer) bandwidth per direction in bytes/s.
+(or Infinity Fabric per-peer) bandwidth per direction in bytes/s. The optional on-chip figures
+(``smem_per_sm_bytes``, ``sfu_ops_per_sm_clock``, ``tensor_clock_hz``) are None where
+``data/hardware.yaml`` has no source for them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from lib.registry.data import load_yaml, unknown_name
-from lib.units import GB, MB, TB, TFLOPS
+from lib.units import GB, MB, TB, TFLOPS, KiB
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,9 @@ class GPU:
     compute_units: int
     tdp_w: float
     sources: Mapping[str, str]
+    smem_per_sm_bytes: float | None = None  # shared memory one SM (AMD: CU) gives its blocks, bytes
+    sfu_ops_per_sm_clock: float | None = None  # special-function (exp2 ...) results per SM per clock
+    tensor_clock_hz: float | None = None  # the clock the dense tensor-core peak is computed at
 
     def peak_flops(self, dtype: str = "bf16") -> float:
         """Dense peak in FLOP/s for matmuls in ``dtype`` (raises if the chip has no such unit)."""
@@ -74,6 +79,7 @@ def _build(key: str, raw: dict, sources: dict) -> GPU:
         "memory_bytes": raw["memory_gb"],
         "memory_bandwidth": raw["memory_bandwidth_tbps"],
         **{f"peak_{dt}": e for dt, e in raw["peak_dense_tflops"].items()},
+        **{k: raw[k] for k in ("smem_per_sm_kib", "sfu_ops_per_sm_clock", "tensor_clock_mhz") if raw.get(k)},
     }
     units = raw.get("sm_count") or raw.get("cu_count")
     return GPU(
@@ -92,6 +98,9 @@ def _build(key: str, raw: dict, sources: dict) -> GPU:
         compute_units=int(units["value"]),
         tdp_w=_value(raw["tdp_w"], 1.0),
         sources=MappingProxyType({k: _source(v, sources) for k, v in fields.items()}),
+        smem_per_sm_bytes=_value(raw.get("smem_per_sm_kib"), KiB),
+        sfu_ops_per_sm_clock=_value(raw.get("sfu_ops_per_sm_clock"), 1.0),
+        tensor_clock_hz=_value(raw.get("tensor_clock_mhz"), 1e6),
     )
 
 

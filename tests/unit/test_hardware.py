@@ -76,3 +76,42 @@ def test_every_value_has_a_source():
     for key in gpu_names():
         for field, src in gpu(key).sources.items():
             assert "no source listed" not in src, f"{key}.{field} has no source"
+
+
+# ---- optional on-chip figures (shared memory, special-function rate, tensor clock) ----------
+
+
+def test_shared_memory_per_sm_from_the_cuda_guide():
+    # CUDA C++ Programming Guide, 'Shared Memory' per compute capability: 164 KB (8.0),
+    # 228 KB (9.0, 10.0), 100 KB (8.9); ROCm: 64 KiB LDS per CU on MI300X. KB there is 1024 bytes.
+    assert gpu("a100-sxm").smem_per_sm_bytes == 164 * 1024
+    assert gpu("h100-sxm").smem_per_sm_bytes == 228 * 1024
+    assert gpu("l4").smem_per_sm_bytes == 100 * 1024
+    assert gpu("mi300x").smem_per_sm_bytes == 64 * 1024
+
+
+def test_h100_special_function_rate_reproduces_the_fa3_papers_figure():
+    # FA3 paper (arXiv:2407.08608) footnote 5: 16 ops/SM/clock x 132 SMs x 1830 MHz = 3.9 TFLOPS,
+    # against 989 TFLOPS FP16 matmul at the same clock (256x more).
+    g = gpu("h100-sxm")
+    sfu = g.sfu_ops_per_sm_clock * g.compute_units * g.tensor_clock_hz
+    assert math.isclose(sfu, 3.9e12, rel_tol=0.01)
+    assert math.isclose(g.peak_flops("fp16") / sfu, 256, rel_tol=0.01)
+
+
+@pytest.mark.parametrize("key", ["a100-sxm", "h100-sxm", "h100-pcie", "h200"])
+def test_tensor_clock_times_units_gives_a_power_of_two_per_sm_rate(key):
+    # the dense peak is SMs x (FLOP per SM per clock) x clock, and FLOP per SM per clock is a
+    # power of two (2048 on Ampere, 4096 on Hopper, dense FP16/BF16): the stored clock is that one
+    g = gpu(key)
+    per_clock = g.peak_flops("bf16") / (g.compute_units * g.tensor_clock_hz)
+    assert math.isclose(per_clock, 2 ** round(math.log2(per_clock)), rel_tol=0.005)
+
+
+def test_optional_figures_are_none_without_a_source_and_sourced_with_one():
+    assert gpu("b200").sfu_ops_per_sm_clock is None and gpu("mi300x").tensor_clock_hz is None
+    for key in gpu_names():
+        g = gpu(key)
+        for field, value in (("smem_per_sm_kib", g.smem_per_sm_bytes), ("sfu_ops_per_sm_clock", g.sfu_ops_per_sm_clock),
+                             ("tensor_clock_mhz", g.tensor_clock_hz)):
+            assert (value is None) == (field not in g.sources), f"{key}.{field}: value and source disagree"
