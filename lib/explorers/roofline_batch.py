@@ -132,7 +132,7 @@ def throughput_knee(
     b_c = tput.compute_bound_batch(dep, context)
     tc = tput.tensor_core_ceiling_tokens_per_s(dep, context)
     hi = max(4 * knee, 2 * b_max, 2 * batch, 8)
-    bs = np.unique(np.geomspace(1, hi, 20).astype(int))
+    bs = np.unique(np.geomspace(1, hi, 12).astype(int))  # 12 points draw the curve; each is a step model call
     xs = [tput.tokens_per_s(dep, int(b), context) for b in bs]
     fig = _KNEE_FIGURE(bs, xs, ceiling, tc, knee, b_max)
     here = tput.step_s(dep, batch, context)

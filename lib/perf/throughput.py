@@ -24,6 +24,7 @@ not an optimum of anything.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from lib.inputs import fraction, integer, real
@@ -33,17 +34,25 @@ from lib.perf.step import StepAssumptions, decode_step, kv_read_fraction
 LARGE_BATCH = 1 << 20  # far past every kernel's ridge: the step is linear in B from here on
 
 
+@functools.lru_cache(maxsize=1024)
+def _step(dep: Deployment, batch: int, context: int, assume: StepAssumptions | None):
+    """decode_step, remembered: the searches below ask for the same (batch, context) several
+    times (a ceiling, then a bisection that revisits its bounds). The step is a pure function of
+    these frozen inputs."""
+    return decode_step(dep, batch, context, assume)
+
+
 
 
 def step_s(dep: Deployment, batch: int, context: int, assume: StepAssumptions | None = None) -> float:
     """t(B): the modelled decode step of ``batch`` sequences at ``context`` tokens, seconds
     (:func:`lib.perf.step.decode_step`)."""
-    return decode_step(require(dep), batch, context, assume).total_s
+    return _step(require(dep), batch, context, assume).total_s
 
 
 def tokens_per_s(dep: Deployment, batch: int, context: int, assume: StepAssumptions | None = None) -> float:
     """X(B) = B / t(B), output tokens/s of the replica (one token per sequence per step)."""
-    return decode_step(require(dep), batch, context, assume).tokens_per_s
+    return _step(require(dep), batch, context, assume).tokens_per_s
 
 
 def _interp_step(dep, b: float, context: int, assume) -> float:
@@ -61,8 +70,8 @@ def per_sequence_buckets(dep: Deployment, context: int, assume: StepAssumptions 
     (bucket(2N) - bucket(N)) / N at N = LARGE_BATCH, where every kernel is in its final regime.
     They sum to :func:`per_sequence_s`."""
     context = integer("context", context, 0, unit="tokens")
-    a = decode_step(require(dep), LARGE_BATCH, context, assume).buckets
-    b = decode_step(dep, 2 * LARGE_BATCH, context, assume).buckets
+    a = _step(require(dep), LARGE_BATCH, context, assume).buckets
+    b = _step(dep, 2 * LARGE_BATCH, context, assume).buckets
     return {k: (b[k] - a[k]) / LARGE_BATCH for k in a}
 
 
@@ -164,7 +173,7 @@ def compute_bound_batch(dep: Deployment, context: int, assume: StepAssumptions |
     context = integer("context", context, 0, unit="tokens")
 
     def excess(b: int) -> float:
-        return decode_step(require(dep), b, context, assume).buckets["compute_excess"]
+        return _step(require(dep), b, context, assume).buckets["compute_excess"]
 
     if excess(1) > 0:
         return 1.0
