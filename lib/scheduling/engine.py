@@ -177,6 +177,10 @@ class _Engine:
         self.tick_step: list[int] = []
         self.preempted_now = 0
         self.swap_time = 0.0
+        # static: the batch fired with batch_quota members (those waiting then, up to max_running);
+        # they join over as many prefill steps as the token budget needs, then it decodes
+        self.batch_quota = self.batch_admitted = 0
+        self.batch_decoding = False
 
     # ---- bookkeeping ---------------------------------------------------------------------
     def _key(self, live: _Live) -> tuple:
@@ -323,16 +327,20 @@ class _Engine:
 
     # ---- prefills and admission ---------------------------------------------------------------
     def _gate_open(self) -> bool:
-        """Continuous: always. Static: while the batch has not started decoding, and (engine
-        empty) once max_running requests wait or the oldest has waited batch_timeout_s (the
-        batcher cannot know that no more will come)."""
+        """Continuous: always. Static: the batch fires (engine empty) once max_running requests
+        wait or the oldest has waited batch_timeout_s (the batcher cannot know that no more will
+        come); it takes the min(waiting, max_running) requests waiting then, admitted over as
+        many prefill steps as the token budget needs, and admits nobody once it decodes."""
         if not self.static:
             return True
-        if self.D or self.pads:
+        if self.batch_decoding:
             return False
-        if self.running:
+        if self.running or self.pads:
+            return self.batch_admitted < self.batch_quota  # the batch fired: its members still join
+        if len(self.waiting) >= self.max_running or self.now >= self._static_fire_time():
+            self.batch_quota, self.batch_admitted = min(len(self.waiting), self.max_running), 0
             return True
-        return len(self.waiting) >= self.max_running or self.now >= self._static_fire_time()
+        return False
 
     def _static_fire_time(self) -> float:
         return min(v.req.arrival_s for _, v in self.waiting) + self.pol.batch_timeout_s
@@ -360,7 +368,8 @@ class _Engine:
             return
         skipped = []
         max_wait = self.pol.max_queue_wait_s
-        while self.waiting and left > 0 and len(self.running) < self.max_running:
+        while (self.waiting and left > 0 and len(self.running) < self.max_running
+               and (not self.static or self.batch_admitted < self.batch_quota)):
             key, live = self.waiting[0]
             if (max_wait is not None and not live.resumed
                     and self.now - live.req.arrival_s > max_wait):
@@ -386,6 +395,7 @@ class _Engine:
             live.state = PREFILL
             live.admit_seq = self.admitted
             self.admitted += 1
+            self.batch_admitted += 1
             if math.isnan(live.first_sched):
                 live.first_sched = self.now
             self.running[live.rid] = live
@@ -464,6 +474,7 @@ class _Engine:
         self.now += dt
         self.step_end.append(self.now)
         if d:
+            self.batch_decoding = self.static
             self.tick_step.append(len(self.step_end) - 1)
             self.T += 1
             self._decodes_done()
@@ -475,6 +486,8 @@ class _Engine:
             for live in self.pads:  # the batch is over: its members' blocks go back
                 self._release(live)
             self.pads, self.pad_ctx = [], 0
+        if self.static and not self.D and not self.prefilling and not self.pads:
+            self.batch_decoding = False  # the batch is over (or never decoded): the next may fire
         return True
 
     def _idle(self) -> bool:
