@@ -31,7 +31,7 @@ def steps() -> list[tuple[str, list[str], int]]:
     pytest = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     return [
         ("lint", [PY, "-m", "ruff", "check", "lib", "tools", "tests", "chapters", "_ext"], 120),
-        ("lib tests", pytest + ["tests/unit", "--durations=5"], 900),
+        ("lib tests", pytest + ["tests/unit", "-n", "2", "--durations=5"], 900),
         ("nbval (strict)", pytest + ["--nbval", "chapters", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
                                      "--nbval-cell-timeout", str(CELL_TIMEOUT_S), "-n", "2", "--dist", "loadfile", "--durations=5"], 900),
         ("book build", [str(ROOT / ".venv" / "bin" / "jupyter-book"), "build", ".", "-W", "-n",
