@@ -195,7 +195,7 @@ def utilization_rule(deployment: str, prompt_tokens: int, prompt_sigma: float, t
     import numpy as np
 
     from lib.scheduling import queueing as qu
-    from lib.scheduling.utilization import prompt_service_s, sample_services, service_moments
+    from lib.scheduling.utilization import prompt_service_s, service_table
     from lib.scheduling.workloads import LogNormal
 
     cost = _cost(deployment)
@@ -205,9 +205,10 @@ def utilization_rule(deployment: str, prompt_tokens: int, prompt_sigma: float, t
     rho_mm1 = qu.utilization_for_sojourn_quantile(s_mean, ttft_p99_s)
     dist = LogNormal(prompt_tokens * math.exp(-prompt_sigma**2 / 2), prompt_sigma,
                      cap=dep.mdl.max_position_embeddings - 1)
-    moments = service_moments(cost, dist)  # E[S], C^2 by quadrature over the prompt distribution
+    table = service_table(cost, dist, points=1201)  # prefill times on quadrature nodes, priced once
+    moments = table.moments()  # E[S], C^2 over the prompt distribution
     es, c2 = moments.mean_s, moments.scv
-    _, svc = sample_services(cost, dist, 20_000, seed=0)  # a sample path of 20,000 requests
+    svc = table.price(dist.sample(np.random.default_rng(0), 20_000))  # a sample path of 20,000 requests
     rho_mg1 = qu.utilization_for_sojourn_quantile(es, ttft_p99_s, scv=c2)
     rho_path = qu.sample_path_utilization(svc, ttft_p99_s, seed=1, rel_tol=2e-3)
     xs = [i / 100 for i in range(1, 98)]

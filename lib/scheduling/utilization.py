@@ -120,9 +120,10 @@ def service_moments(cost, prompt, *, points: int = 4001) -> ServiceMoments:
     return service_table(cost, prompt, points=points).moments()
 
 
-def sample_services(cost, prompt, n: int, seed: int = 0):
+def sample_services(cost, prompt, n: int, seed: int = 0, *, points: int = 4001):
     """``n`` prompt lengths drawn from ``prompt`` with ``seed`` and their prefill times (s), priced
-    through :func:`service_table` (exact at its nodes, interpolated between them): (lens, services)."""
+    through :func:`service_table` on ``points`` nodes (exact at its nodes, interpolated between
+    them): (lens, services)."""
     import numpy as np
 
     from lib.scheduling.workloads import as_length
@@ -131,4 +132,4 @@ def sample_services(cost, prompt, n: int, seed: int = 0):
     integer("seed", seed, 0)
     dist = as_length("prompt", prompt)
     lens = dist.sample(np.random.default_rng(seed), n)
-    return lens, service_table(cost, dist).price(lens)
+    return lens, service_table(cost, dist, points=points).price(lens)

@@ -178,3 +178,12 @@ def test_rate_for_resident_inverts_the_fixed_point():
         lam = rate_for_resident(cost, target, 1000, 300)
         assert resident_sequences(cost, lam, 1000, 300).resident == pytest.approx(target, rel=1e-4)
     assert math.isinf(rate_for_resident(cost, 5000.0, 1000, 300))  # past the cap: saturates first
+
+
+def test_explorer_presets_are_labelled_by_their_deployment():
+    from lib.explorers.scheduling_queue import DEPLOYMENTS, deployment
+
+    for label in DEPLOYMENTS:
+        assert deployment(label).label == label
+    with pytest.raises(ValueError, match="deployment"):
+        deployment("no such replica")
