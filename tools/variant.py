@@ -54,7 +54,7 @@ class SharedKernel:
     same as ``./book variant``'s.
     """
 
-    RESET = ("%reset -f\nimport os as _os, lib.book.glue as _glue\n_glue._GLUED.clear()\n"
+    RESET = ("%reset -f\nimport os as _os, lib.book.glue as _glue\n_glue.forget()\n"
              "_os.chdir({folder!r})\ndel _os, _glue")
 
     def __init__(self) -> None:

@@ -87,6 +87,12 @@ class Glued:
 glued = Glued()
 
 
+def forget() -> None:
+    """Forget every glued text of this kernel, so a kernel reused for another notebook starts clean
+    (tools.variant.SharedKernel)."""
+    _GLUED.clear()
+
+
 def text(name: str) -> str:
     """The text glued under ``name`` in this kernel (ValueError if nothing was glued under it)."""
     if name not in _GLUED:
