@@ -73,3 +73,31 @@ def fmt_count(n: float, digits: int = 3) -> str:
 def fmt_pct(fraction: float, digits: int = 3) -> str:
     """A fraction as a percentage: ``0.613 -> '61.3%'``."""
     return f"{sig(100 * fraction, digits)}%"
+
+
+def fmt_int(n: float) -> str:
+    """A whole number with thousands separators: ``8192 -> '8,192'`` (a float is rounded half to even)."""
+    if isinstance(n, bool):
+        raise ValueError(f"fmt_int takes a number, got the bool {n!r}")
+    if isinstance(n, int):
+        return f"{n:,}"
+    return f"{real('value', n):,.0f}"
+
+
+def fmt_ratio(x: float, digits: int = 3) -> str:
+    """A ratio or speed-up: ``3.14159 -> '3.14x'``."""
+    return f"{sig(x, digits)}x"
+
+
+def fmt_unit(x: float, unit: str, digits: int = 3) -> str:
+    """``x`` to ``digits`` significant digits followed by a unit: ``fmt_unit(1234.5, 'tokens/s') -> '1,230 tokens/s'``."""
+    return f"{sig(x, digits)} {unit}"
+
+
+def fmt_auto(value) -> str:
+    """The default text of a glued value: an int with thousands separators (``8,192``); anything
+    else (a float, a str, a bool) as ``str``. Floats deserve a chosen precision: pass ``sig`` or a
+    unit formatter."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return fmt_int(value)
+    return str(value)

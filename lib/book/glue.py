@@ -42,15 +42,21 @@ def glue_output(name: str, text: str) -> tuple[dict, dict]:
             {"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX}})
 
 
-def glue(name: str, value: Any, fmt: Callable[[Any], str] = str) -> Any:
-    """Store ``fmt(value)`` under ``name`` for ``{eval}`glued.name``` in the prose; return ``value``.
+def glue(name: str, value: Any, fmt: Callable[..., str] | None = None, *fmt_args: Any) -> Any:
+    """Store ``fmt(value, *fmt_args)`` under ``name`` for ``{eval}`glued.name``` in the prose; return ``value``.
+
+    ``fmt`` defaults to :func:`lib.units.fmt_auto` (ints with thousands separators, other values as
+    ``str``); the formatters of :mod:`lib.units` take their unit and digits as ``fmt_args``:
+    ``glue("kv", kv_bytes, fmt_bytes, "MiB")``, ``glue("speedup", s, fmt_ratio, 2)``.
 
     Do not end a cell with a bare ``glue(...)``: the returned value would be displayed (and nbval
     ignores a trailing ``;``). End such cells with :func:`show`.
     """
     from IPython.display import display
 
-    text = fmt(value)
+    if fmt is None:
+        from lib.units import fmt_auto as fmt
+    text = fmt(value, *fmt_args)
     if not isinstance(text, str):
         raise ValueError(f"fmt must return a str for glue {name!r}, got {type(text).__name__}")
     _GLUED[name] = text
@@ -141,11 +147,9 @@ def store_citations(nb) -> None:
 
 def show(*names: str) -> None:
     """Print ``name: text`` for glued values, so a live reader sees what the prose will cite."""
-    missing = [n for n in names if n not in _GLUED]
-    if missing:
-        raise ValueError(f"not glued yet: {missing}; glued so far: {sorted(_GLUED)}")
+    texts = [text(n) for n in names]
     width = max(len(n) for n in names)
-    print("\n".join(f"{n:<{width}}  {_GLUED[n]}" for n in names))
+    print("\n".join(f"{n:<{width}}  {t}" for n, t in zip(names, texts, strict=True)))
 
 
 def glued_texts(nb: dict) -> dict[str, str]:

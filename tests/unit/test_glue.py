@@ -85,3 +85,17 @@ def test_live_citation_follows_glue():
         book_glue.glue("later_name", "1.5 ms")
     assert label.value == "1.5 ms" and book_glue.text("later_name") == "1.5 ms"
     assert "glued-later_name" in label._dom_classes
+
+
+def test_glue_default_and_formatter_arguments():
+    from lib.book import glue as g
+    from lib.units import fmt_bytes
+
+    g.forget()
+    assert g.glue("n_tokens", 8192) == 8192
+    assert g.text("n_tokens") == "8,192"
+    g.glue("kv", 3 * 2**20, fmt_bytes, "MiB")
+    assert g.text("kv") == "3.00 MiB"
+    g.glue("ratio", 0.125)
+    assert g.text("ratio") == "0.125"
+    g.forget()

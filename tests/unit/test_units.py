@@ -1,6 +1,8 @@
 """lib.units: explicit GB vs GiB, significant digits, time units."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lib import units
 
@@ -36,3 +38,22 @@ def test_bad_unit_and_nonfinite_raise():
         units.fmt_bytes(1, "gb")
     with pytest.raises(ValueError, match="finite"):
         units.sig(float("nan"))
+
+
+@given(st.integers(-2**50, 2**50))
+def test_fmt_int_matches_python_grouping_and_float_rounding(n):
+    assert units.fmt_int(n) == f"{n:,}"
+    assert units.fmt_int(float(n)) == f"{n:,}"
+    assert units.fmt_int(n + 0.25) == f"{n:,}"  # 0.25 is exact in binary at this size
+
+
+def test_unit_formatters_and_the_glue_default():
+    assert units.fmt_ratio(3.14159) == "3.14x"
+    assert units.fmt_ratio(3.14159, 2) == "3.1x"
+    assert units.fmt_unit(1234.5, "tokens/s") == "1,230 tokens/s"
+    assert units.fmt_auto(8192) == "8,192"
+    assert units.fmt_auto(0.5) == "0.5"
+    assert units.fmt_auto(True) == "True"
+    assert units.fmt_auto("b200") == "b200"
+    with pytest.raises(ValueError, match="bool"):
+        units.fmt_int(True)
