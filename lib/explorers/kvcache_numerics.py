@@ -3,6 +3,7 @@ tiering KV across HBM, host DRAM and NVMe SSD, with SSD wear-out (I018)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from types import SimpleNamespace
 
@@ -40,15 +41,9 @@ def fp8_scale(
     outlier_scale: float, tail_dof: float, num_outlier_channels: int, scale_log2: float, seed: int
 ) -> View:
     """I012: rounding vs clipping error of a K-like tensor as the per-tensor scale moves."""
-    _, k, _ = fp8.synthetic_head(
-        256, 64, num_outlier_channels, outlier_scale, tail_dof, 1, 1.0, seed
-    )
-    factors = 2.0**SCALE_LOG2
-    e = fp8.error_vs_scale(k, factors, "e4m3")
-    i = fp8.error_vs_scale(k, factors, "int8")
+    k, e, i, floor = _fp8_tensor_sweeps(outlier_scale, tail_dof, num_outlier_channels, seed)
     chosen = fp8.error_vs_scale(k, [2.0**scale_log2], "e4m3")
     best = int(np.argmin(e["total_rel"]))
-    floor = fp8.relative_rounding_floor(k, float(fp8.amax_scale(k).item()))
     near = SCALE_LOG2[e["total_rel"] <= 1.25 * e["total_rel"][best]]
     fig = _FP8_FIGURE(e, i, scale_log2, floor)
     rows = [
@@ -78,6 +73,23 @@ def fp8_scale(
             "floor": floor,
         },
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _fp8_tensor_sweeps(outlier_scale: float, tail_dof: float, num_outlier_channels: int, seed: int):
+    """The K-like tensor of the explorer, its E4M3 and INT8 error over the scale grid, and its
+    rounding floor: everything but the chosen scale, so moving that slider recomputes one scale.
+    The arrays are read-only (they are shared by every view of these inputs)."""
+    _, k, _ = fp8.synthetic_head(
+        256, 64, num_outlier_channels, outlier_scale, tail_dof, 1, 1.0, seed
+    )
+    factors = 2.0**SCALE_LOG2
+    e = fp8.error_vs_scale(k, factors, "e4m3")
+    i = fp8.error_vs_scale(k, factors, "int8")
+    floor = fp8.relative_rounding_floor(k, float(fp8.amax_scale(k).item()))
+    for a in (k, *e.values(), *i.values()):
+        a.setflags(write=False)
+    return k, e, i, floor
 
 
 @explorer(
@@ -260,6 +272,8 @@ def _fp8_build(fig) -> SimpleNamespace:
     ax.set_xlim(SCALE_LOG2[0] - 0.5, SCALE_LOG2[-1] + 0.5)
     ax.set_xlabel("log2(scale / (amax / max code))   0 = amax scale")
     ax.set_ylabel("error power / signal power")
+    # the five series are always drawn under the same labels: the legend is made once
+    figures.legend(ax, [a.rounding, a.clipping, a.total, a.int8, a.chosen], fontsize=7, ncol=2)
     return a
 
 
@@ -270,7 +284,6 @@ def _fp8_draw(a: SimpleNamespace, e: dict, i: dict, scale_log2: float, floor: fl
     a.int8.set_data(SCALE_LOG2, i["total_rel"])
     a.chosen.set_xdata([scale_log2, scale_log2])
     a.ax.set_ylim(floor / 10, 2.0)
-    figures.legend(a.ax, [a.rounding, a.clipping, a.total, a.int8, a.chosen], fontsize=7, ncol=2)
 
 
 _FP8_FIGURE = figures.LiveFigure(6.0, 3.0, _fp8_build, _fp8_draw)

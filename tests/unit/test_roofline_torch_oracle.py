@@ -1,11 +1,13 @@
 """roofline.torch_counted_flops_per_token: torch's FlopCounterMode on the config's layers agrees
-with the closed-form 2N + attention count of lib.registry.models, for every model in data/."""
+with the closed-form 2N + attention count of lib.registry.models, for every model in data/, and with
+the matmul-by-matmul count of the flops-per-token-from-config page (its weight matmuls from
+prefill.weight_inventory), which the page's checks use in place of torch."""
 
 import dataclasses
 
 import pytest
 
-from lib.perf import roofline
+from lib.perf import prefill, roofline
 from lib.registry import models
 
 pytest.importorskip("torch")
@@ -39,3 +41,23 @@ def test_counted_flops_see_a_wrong_count():
 def test_negative_context_refused():
     with pytest.raises(ValueError, match="context"):
         roofline.torch_counted_flops_per_token("llama-3.1-8b", -1)
+
+
+@pytest.mark.parametrize("key", models.model_names())
+def test_the_inventory_weight_matmuls_are_what_torch_dispatches(key):
+    """The page's second method: 2 FLOPs per active parameter of every matmul tensor in the inventory is
+    torch's count at context 0 exactly (neither counts biases or norms)."""
+    m = models.model(key)
+    weights = sum(r.flops_per_token for r in prefill.weight_inventory(m) if r.kind == "matmul")
+    assert roofline.torch_counted_flops_per_token(m, 0) == weights
+
+
+@pytest.mark.parametrize("key", models.model_names())
+def test_break_even_from_two_torch_counts(key):
+    """The page's break-even c* = F(0) / (F(1) - F(0)), with F counted by torch, and its attention term at
+    the page's default context (8,192 tokens, or the model's window)."""
+    m = models.model(key)
+    f0, f1 = (roofline.torch_counted_flops_per_token(m, c) for c in (0, 1))
+    assert f0 / (f1 - f0) == pytest.approx(m.attention_breakeven_context(), rel=1e-4)
+    c = min(8192, m.max_position_embeddings)
+    assert roofline.torch_counted_flops_per_token(m, c) - f0 == pytest.approx(m.attention_flops_per_token(c), rel=1e-9, abs=1.0)
