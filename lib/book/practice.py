@@ -7,6 +7,8 @@ builds a fresh implementation (the class itself, or a lambda), never a subclass 
 Each case runs on a fresh object; a case fails when its runner raises ``AssertionError`` (what an
 oracle or a property found) or any unexpected exception. The first failing case is shrunk to the
 fewest operations that still fail (:func:`shrink`) and shown as the operations plus what went wrong.
+The defective drafts a grader must fail are edits of the reference's own source
+(:mod:`lib.book.drafts`).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from lib.book.drafts import edited_class
 from lib.book.practice import Case, PracticeReport, grade
 from lib.inputs import integer
 
@@ -129,7 +130,9 @@ def check(factory: Callable, *, num_random: int = 120, seed: int = 0) -> Practic
                  describe=_describe)
 
 
-# ---- defective drafts (each must fail the grader) -------------------------------------------------
+# ---- defective drafts (each must fail the grader): the reference with one mistake each ---------------
+# A draft is either the reference's methods with the mistake edited into their source (edited_class:
+# the edits are the whole difference) or a subclass that wraps the reference's methods.
 
 
 class _SizeOnly(SizeTimeoutBatcher):
@@ -140,44 +143,6 @@ class _SizeOnly(SizeTimeoutBatcher):
 
     def next_batch(self, now):
         return super().next_batch(now) if len(self._queue) >= self.max_batch else []
-
-
-class _TimeoutFromNewest(SizeTimeoutBatcher):
-    """The timer restarts on every arrival: a steady trickle postpones the batch again and again."""
-
-    def deadline(self):
-        return self._queue[-1][1] + self.timeout_s if self._queue else None
-
-    def next_batch(self, now):
-        if not self._queue or (len(self._queue) < self.max_batch and now < self.deadline()):
-            return []
-        return [self._queue.popleft()[0] for _ in range(min(self.max_batch, len(self._queue)))]
-
-
-class _OffByOne(SizeTimeoutBatcher):
-    """``<=`` for ``<``: takes one item more than the cap."""
-
-    def next_batch(self, now):
-        if not self._queue or (len(self._queue) <= self.max_batch and now < self.deadline()):
-            return []
-        return [self._queue.popleft()[0] for _ in range(min(self.max_batch + 1, len(self._queue)))]
-
-
-class _Unbounded(SizeTimeoutBatcher):
-    """Ignores queue_limit: under overload the queue, and every latency, grows without bound."""
-
-    def submit(self, item, now):
-        self._queue.append((item, now))
-        return True
-
-
-class _Newest(SizeTimeoutBatcher):
-    """Takes the newest items first (a stack): the oldest can starve."""
-
-    def next_batch(self, now):
-        if not self._queue or (len(self._queue) < self.max_batch and now < self.deadline()):
-            return []
-        return [self._queue.pop()[0] for _ in range(min(self.max_batch, len(self._queue)))]
 
 
 class _DropsOverflow(SizeTimeoutBatcher):
@@ -192,10 +157,27 @@ class _DropsOverflow(SizeTimeoutBatcher):
 
 _DRAFTS = {
     "size_only": _SizeOnly,
-    "timeout_from_newest": _TimeoutFromNewest,
-    "off_by_one": _OffByOne,
-    "unbounded_queue": _Unbounded,
-    "newest_first": _Newest,
+    "timeout_from_newest": edited_class(
+        SizeTimeoutBatcher, "_TimeoutFromNewest",
+        "The timer restarts on every arrival: a steady trickle postpones the batch again and again.",
+        deadline=[("return self._queue[0][1] + self.timeout_s if self._queue else None",
+                   "return self._queue[-1][1] + self.timeout_s if self._queue else None")]),
+    "off_by_one": edited_class(
+        SizeTimeoutBatcher, "_OffByOne", "``<=`` for ``<``: takes one item more than the cap.",
+        next_batch=[
+            ("if not self._queue or (len(self._queue) < self.max_batch and now < self.deadline()):",
+             "if not self._queue or (len(self._queue) <= self.max_batch and now < self.deadline()):"),
+            ("return [self._queue.popleft()[0] for _ in range(min(self.max_batch, len(self._queue)))]",
+             "return [self._queue.popleft()[0] for _ in range(min(self.max_batch + 1, len(self._queue)))]"),
+        ]),
+    "unbounded_queue": edited_class(
+        SizeTimeoutBatcher, "_Unbounded", "Ignores queue_limit: under overload the queue, and every latency, grows "
+        "without bound.",
+        submit=[("if self.queue_limit is not None and len(self._queue) >= self.queue_limit:\nreturn False", "")]),
+    "newest_first": edited_class(
+        SizeTimeoutBatcher, "_Newest", "Takes the newest items first (a stack): the oldest can starve.",
+        next_batch=[("return [self._queue.popleft()[0] for _ in range(min(self.max_batch, len(self._queue)))]",
+                     "return [self._queue.pop()[0] for _ in range(min(self.max_batch, len(self._queue)))]")]),
     "drops_overflow": _DropsOverflow,
 }
 BATCHER_VARIANTS = tuple(_DRAFTS)

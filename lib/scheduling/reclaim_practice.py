@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from lib.book.drafts import edited_class
 from lib.book.practice import Case, PracticeReport, grade
 from lib.inputs import integer
 
@@ -359,27 +360,9 @@ def replay(factory: Callable[[int], object], num_pages: int, ops: Sequence) -> l
     return rows
 
 
-# ---- defective drafts (each must fail the grader) -------------------------------------------------------
-
-
-class _FreesOnDisconnect(RequestTable):
-    """Frees the pages at disconnect, with a step still writing them."""
-
-    def disconnect(self, rid):
-        inc = self._live.pop(rid, None)
-        if inc is None:
-            raise ValueError("not live")
-        inc.alive = False
-        self._release(inc)
-
-    def complete(self, ticket, token):
-        inc = self._inflight.pop(ticket, None)
-        if inc is None:
-            if 0 <= ticket < self._issued:
-                return None
-            raise ValueError("never issued")
-        inc.inflight -= 1
-        return (inc.rid, token) if inc.alive else None
+# ---- defective drafts (each must fail the grader): the reference with one mistake each ---------------
+# A draft is either the reference's methods with the mistake edited into their source (edited_class:
+# the edits are the whole difference) or a subclass that wraps the reference's methods.
 
 
 class _StreamsById(RequestTable):
@@ -391,57 +374,6 @@ class _StreamsById(RequestTable):
         if out is None and inc is not None and inc.rid in self._live:
             return (inc.rid, token)
         return out
-
-
-class _FreesById(RequestTable):
-    """The late completion of a disconnected request frees whatever the id holds now."""
-
-    def complete(self, ticket, token):
-        inc = self._inflight.pop(ticket, None)
-        if inc is None:
-            if 0 <= ticket < self._issued:
-                return None
-            raise ValueError("never issued")
-        inc.inflight -= 1
-        if inc.alive:
-            return (inc.rid, token)
-        if inc.inflight == 0:
-            current = self._live.get(inc.rid)
-            if current is not None:  # the id was reused: frees the new request's pages
-                self._live.pop(inc.rid)
-                current.alive = False
-                self._release(current)
-            else:
-                self._release(inc)
-        return None
-
-
-class _NoDedupe(RequestTable):
-    """Keeps every ticket: a duplicate delivery streams again and counts the step twice."""
-
-    def complete(self, ticket, token):
-        inc = self._inflight.get(ticket)
-        if inc is None:
-            raise ValueError("never issued")
-        inc.inflight -= 1
-        if inc.alive:
-            return (inc.rid, token)
-        if inc.inflight == 0:
-            self._release(inc)
-        return None
-
-
-class _LeaksOnDisconnect(RequestTable):
-    """Forgets deferred reclamation: a request disconnected with a step in flight never frees its pages."""
-
-    def complete(self, ticket, token):
-        inc = self._inflight.pop(ticket, None)
-        if inc is None:
-            if 0 <= ticket < self._issued:
-                return None
-            raise ValueError("never issued")
-        inc.inflight -= 1
-        return (inc.rid, token) if inc.alive else None
 
 
 class _StreamsAfterDisconnect(RequestTable):
@@ -456,11 +388,25 @@ class _StreamsAfterDisconnect(RequestTable):
 
 
 _DRAFTS = {
-    "frees_on_disconnect": _FreesOnDisconnect,
+    "frees_on_disconnect": edited_class(
+        RequestTable, "_FreesOnDisconnect", "Frees the pages at disconnect, with a step still writing them.",
+        disconnect=[("if inc.inflight == 0:\nself._release(inc)", "self._release(inc)")]),
     "streams_by_id": _StreamsById,
-    "frees_by_id": _FreesById,
-    "no_dedupe": _NoDedupe,
-    "leaks_on_disconnect": _LeaksOnDisconnect,
+    "frees_by_id": edited_class(
+        RequestTable, "_FreesById", "The late completion of a disconnected request frees whatever the id holds now.",
+        complete=[("self._release(inc)",
+                   "current = self._live.pop(inc.rid, None)  # the id's request now: a new one if it was reused\n"
+                   "if current is not None:\n"
+                   "    current.alive = False\n"
+                   "    inc = current\n"
+                   "self._release(inc)")]),
+    "no_dedupe": edited_class(
+        RequestTable, "_NoDedupe", "Keeps every ticket: a duplicate delivery streams again and counts the step twice.",
+        complete=[("inc = self._inflight.pop(ticket, None)", "inc = self._inflight.get(ticket)")]),
+    "leaks_on_disconnect": edited_class(
+        RequestTable, "_LeaksOnDisconnect",
+        "Forgets deferred reclamation: a request disconnected with a step in flight never frees its pages.",
+        complete=[("if inc.inflight == 0:\nself.deferred_pages += len(inc.pages)\nself._release(inc)", "")]),
     "streams_after_disconnect": _StreamsAfterDisconnect,
 }
 RECLAIM_VARIANTS = tuple(_DRAFTS)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from lib.book.drafts import edited_class
 from lib.book.practice import Case, PracticeReport, grade
 from lib.inputs import integer
 
@@ -238,73 +239,9 @@ def check(factory: Callable[[int], object], *, num_random: int = 150, seed: int 
                  run_program, describe=_describe)
 
 
-# ---- defective drafts (each must fail the grader) -------------------------------------------------
-
-
-class _ReservesPromptOnly(ReservationAdmission):
-    """Greedy admission passed off as reservation: holds the prompt only."""
-
-    def submit(self, rid, prompt_tokens, max_tokens):
-        if rid in self._running or rid in self._queue:
-            raise ValueError("duplicate")
-        if prompt_tokens + max_tokens > self.capacity:
-            return REJECTED
-        if not self._queue and prompt_tokens <= self._free:
-            self._reserve(rid, prompt_tokens)
-            return ADMITTED
-        self._queue[rid] = prompt_tokens
-        return QUEUED
-
-
-class _NoFailFast(ReservationAdmission):
-    """Queues a request that can never fit: it blocks the head forever."""
-
-    def submit(self, rid, prompt_tokens, max_tokens):
-        if prompt_tokens + max_tokens > self.capacity:
-            if rid in self._running or rid in self._queue:
-                raise ValueError("duplicate")
-            self._queue[rid] = prompt_tokens + max_tokens
-            return QUEUED
-        return super().submit(rid, prompt_tokens, max_tokens)
-
-
-class _RefundsUsedOnly(ReservationAdmission):
-    """Gives back only what was used: the unused part of every reservation leaks."""
-
-    def complete(self, rid, used_tokens):
-        if rid not in self._running:
-            raise ValueError("not running")
-        held = self._running[rid]
-        if used_tokens > held:
-            raise ValueError("over")
-        del self._running[rid]
-        self._free += used_tokens
-        return self._pump()
-
-
-class _SkipsAhead(ReservationAdmission):
-    """Admits whatever fits, wherever it waits: small requests pass (and can starve) a large head."""
-
-    def submit(self, rid, prompt_tokens, max_tokens):
-        if rid in self._running or rid in self._queue:
-            raise ValueError("duplicate")
-        need = prompt_tokens + max_tokens
-        if need > self.capacity:
-            return REJECTED
-        if need <= self._free:
-            self._reserve(rid, need)
-            return ADMITTED
-        self._queue[rid] = need
-        return QUEUED
-
-    def _pump(self):
-        admitted = []
-        for rid, need in list(self._queue.items()):
-            if need <= self._free:
-                del self._queue[rid]
-                self._reserve(rid, need)
-                admitted.append(rid)
-        return admitted
+# ---- defective drafts (each must fail the grader): the reference with one mistake each ---------------
+# A draft is either the reference's methods with the mistake edited into their source (edited_class:
+# the edits are the whole difference) or a subclass that wraps the reference's methods.
 
 
 class _DoubleRefund(ReservationAdmission):
@@ -334,41 +271,31 @@ class _CancelDoesNotPump(ReservationAdmission):
         return super().cancel(rid)
 
 
-class _StrictFit(ReservationAdmission):
-    """need < free instead of need <= free: an exact fit waits."""
-
-    def submit(self, rid, prompt_tokens, max_tokens):
-        if rid in self._running or rid in self._queue:
-            raise ValueError("duplicate")
-        need = prompt_tokens + max_tokens
-        if need > self.capacity:
-            return REJECTED
-        if not self._queue and need < self._free:
-            self._reserve(rid, need)
-            return ADMITTED
-        self._queue[rid] = need
-        return QUEUED
-
-    def _pump(self):
-        admitted = []
-        while self._queue:
-            rid, need = next(iter(self._queue.items()))
-            if need >= self._free:
-                break
-            del self._queue[rid]
-            self._reserve(rid, need)
-            admitted.append(rid)
-        return admitted
-
-
 _DRAFTS = {
-    "reserves_prompt_only": _ReservesPromptOnly,
-    "no_fail_fast": _NoFailFast,
-    "refunds_used_only": _RefundsUsedOnly,
-    "skips_ahead": _SkipsAhead,
+    "reserves_prompt_only": edited_class(
+        ReservationAdmission, "_ReservesPromptOnly",
+        "Greedy admission passed off as reservation: holds the prompt only.",
+        submit=[("if not self._queue and need <= self._free:",
+                 "need = p  # the output's tokens are not held\nif not self._queue and need <= self._free:")]),
+    "no_fail_fast": edited_class(
+        ReservationAdmission, "_NoFailFast", "Queues a request that can never fit: it blocks the head forever.",
+        submit=[("if need > self.capacity:\nreturn REJECTED  # fail fast: it could never be admitted", "")]),
+    "refunds_used_only": edited_class(
+        ReservationAdmission, "_RefundsUsedOnly",
+        "Gives back only what was used: the unused part of every reservation leaks.",
+        complete=[("self._free += held", "self._free += used")]),
+    "skips_ahead": edited_class(
+        ReservationAdmission, "_SkipsAhead",
+        "Admits whatever fits, wherever it waits: small requests pass (and can starve) a large head.",
+        submit=[("if not self._queue and need <= self._free:", "if need <= self._free:")],
+        _pump=[("while self._queue:\nrid, need = next(iter(self._queue.items()))\nif need > self._free:\nbreak",
+                "for rid, need in list(self._queue.items()):\n    if need > self._free:\n        continue")]),
     "double_refund": _DoubleRefund,
     "cancel_does_not_pump": _CancelDoesNotPump,
-    "strict_fit": _StrictFit,
+    "strict_fit": edited_class(
+        ReservationAdmission, "_StrictFit", "need < free instead of need <= free: an exact fit waits.",
+        submit=[("if not self._queue and need <= self._free:", "if not self._queue and need < self._free:")],
+        _pump=[("if need > self._free:", "if need >= self._free:")]),
 }
 RESERVATION_VARIANTS = tuple(_DRAFTS)
 

@@ -141,6 +141,7 @@ def schedule_step(state: SchedState, budget: int) -> Step:
             else:
                 chunks.append((seq.rid, c))
                 left -= c
+    decodes = [r for r in decodes if r not in preempted]  # a prefill's make_room may take a decode
     chunks = [(r, c) for r, c in chunks if r not in preempted]
     resumed, admitted = [], []
     if not preempted:

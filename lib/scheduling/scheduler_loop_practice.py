@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from lib.book.drafts import edited
 from lib.book.practice import Case, PracticeReport, grade
 from lib.inputs import integer
 
@@ -49,11 +50,9 @@ def skeleton(state: SchedState, budget: int) -> Step:
     raise NotImplementedError
 
 
-# ---- defective drafts: the reference with one mistake switched on ------------------------------
-
-VARIANTS = ("prefill_first", "chunk_ignores_budget", "admits_after_preempting", "waiting_before_preempted",
-            "oldest_victim", "admission_ignores_blocks", "decode_budget_not_reserved")
-"""Defective schedulers the grader must fail."""
+# ---- defective drafts (each must fail the grader): the reference with one mistake each ---------------
+# Each draft is schedule_step's own source with its mistake edited in (lib.book.drafts): the
+# edits below are the whole difference from the reference.
 
 _TEXT = {
     "prefill_first": "prefill chunks take the budget before the decodes (a long prompt starves running decodes)",
@@ -65,71 +64,42 @@ _TEXT = {
     "decode_budget_not_reserved": "prefill chunks sized from the whole budget, ignoring the decodes' tokens",
 }
 
+_EDITS = {  # name: the edits of schedule_step's source, (reference lines, draft lines) each
+    "prefill_first": [
+        ('for phase in ("decode", "prefill"):', 'for phase in ("prefill", "decode"):'),
+        ("decodes.append(seq.rid)", "decodes.append(seq.rid)\nleft -= 1  # decodes get what the prefills left"),
+    ],
+    "chunk_ignores_budget": [
+        ("c = 1 if seq.decoding else min(seq.prefill_left, left)", "c = 1 if seq.decoding else seq.prefill_left"),
+        ("c = min(seq.prefill_left, left)", "c = seq.prefill_left"),
+    ],
+    "admits_after_preempting": [("if not preempted:", "if True:  # the check is missing")],
+    "waiting_before_preempted": [
+        ("for queue, taken in ((state.preempted, resumed), (state.waiting, admitted)):",
+         "for queue, taken in ((state.waiting, admitted), (state.preempted, resumed)):"),
+    ],
+    "oldest_victim": [
+        ("victim = running.pop()  # the newest running request", "victim = running.pop(0)  # the oldest"),
+        # the oldest may have decoded earlier in this step: its token is taken back
+        ("chunks = [(r, c) for r, c in chunks if r not in preempted]",
+         "chunks = [(r, c) for r, c in chunks if r not in preempted]\n"
+         "decodes = [r for r in decodes if r not in preempted]"),
+    ],
+    "admission_ignores_blocks": [("if need > free:\nbreak", "")],
+    "decode_budget_not_reserved": [("left = budget - len(decodes)  # what the decodes leave", "left = budget")],
+}
 
-def _draft(state: SchedState, budget: int, mistake: str) -> Step:
-    """The reference loop written out again, with ``mistake`` switched on."""
-    free, bs = state.free_blocks, state.block_size
-    running = list(state.running)
-    held = {s.rid: s.blocks for s in running}
-    decodes, chunks, preempted = [], [], []
-    left = budget
+VARIANTS = tuple(_EDITS)
+"""Defective schedulers the grader must fail."""
 
-    def make_room(seq, need):
-        nonlocal free
-        while free < need:
-            victim = running.pop(0 if mistake == "oldest_victim" else -1)
-            preempted.append(victim.rid)
-            free += held[victim.rid]
-            if victim.rid == seq.rid:
-                return False
-        return True
 
-    phases = ("prefill", "decode") if mistake == "prefill_first" else ("decode", "prefill")
-    for phase in phases:
-        if phase == "prefill":
-            decodes = [r for r in decodes if r not in preempted]
-            left = budget if mistake == "decode_budget_not_reserved" else budget - len(decodes)
-        for seq in list(running):
-            if seq not in running or seq.decoding != (phase == "decode") or left <= 0:
-                continue
-            c = 1 if seq.decoding else (seq.prefill_left if mistake == "chunk_ignores_budget"
-                                        else min(seq.prefill_left, left))
-            need = blocks_for(seq.context + c, bs) - seq.blocks
-            if need > 0:
-                if not make_room(seq, need):
-                    continue
-                free -= need
-                held[seq.rid] += need
-            if seq.decoding:
-                decodes.append(seq.rid)
-            else:
-                chunks.append((seq.rid, c))
-            left -= c
-    decodes = [r for r in decodes if r not in preempted]
-    chunks = [(r, c) for r, c in chunks if r not in preempted]
-    resumed, admitted = [], []
-    if not preempted or mistake == "admits_after_preempting":
-        n_running = len(running)
-        queues = ((state.waiting, admitted), (state.preempted, resumed))
-        if mistake != "waiting_before_preempted":
-            queues = queues[::-1]
-        for queue, taken in queues:
-            for seq in queue:
-                if left <= 0 or n_running >= state.max_running:
-                    break
-                c = seq.prefill_left if mistake == "chunk_ignores_budget" else min(seq.prefill_left, left)
-                need = blocks_for(c, bs)
-                if need > free and mistake != "admission_ignores_blocks":
-                    break
-                free -= need
-                taken.append(seq.rid)
-                chunks.append((seq.rid, c))
-                left -= c
-                n_running += 1
-            else:
-                continue
-            break
-    return Step(tuple(decodes), tuple(chunks), tuple(preempted), tuple(resumed), tuple(admitted))
+def _build(name: str) -> Callable[[SchedState, int], Step]:
+    draft = edited(schedule_step, _EDITS[name], name=name)
+    draft.__name__, draft.__doc__ = f"schedule_step_{name}", f"schedule_step with one mistake: {_TEXT[name]}."
+    return draft
+
+
+_DRAFTS = {name: _build(name) for name in VARIANTS}
 
 
 def variant(name: str) -> Callable[[SchedState, int], Step]:
@@ -138,12 +108,7 @@ def variant(name: str) -> Callable[[SchedState, int], Step]:
         return schedule_step
     if name not in VARIANTS:
         raise ValueError(f"variant must be 'reference' or one of {', '.join(VARIANTS)}, got {name!r}")
-
-    def draft(state, budget):
-        return _draft(state, budget, name)
-
-    draft.__name__ = f"schedule_step_{name}"
-    return draft
+    return _DRAFTS[name]
 
 
 # ---- the grader ----------------------------------------------------------------------------------
@@ -166,7 +131,7 @@ def _show(state: SchedState) -> str:
 def _matching(state, budget, got) -> str:
     for name in VARIANTS:
         try:
-            if _draft(state, budget, name) == got:
+            if _DRAFTS[name](state, budget) == got:
                 return f" It matches a known mistake: {_TEXT[name]}."
         except Exception:  # noqa: BLE001 - a draft that crashes differs anyway
             continue

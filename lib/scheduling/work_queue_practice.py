@@ -34,6 +34,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
+from lib.book.drafts import edited_class
 from lib.book.practice import Case, PracticeReport, grade
 
 from .work_queue import WorkQueue
@@ -284,59 +285,9 @@ def check(factory: Callable) -> PracticeReport:
     return grade(QUESTION, lambda: factory, cases(), run, describe=_describe)
 
 
-# ---- defective drafts: each makes one classic mistake ------------------------------------------
-
-
-class _OneSentinel(WorkQueue):
-    """shutdown() puts one sentinel for all workers: one exits, the others block forever."""
-
-    def shutdown(self, timeout: float = 5.0) -> None:
-        import time
-
-        with self._lock:
-            self._closed = True
-            from .work_queue import _STOP
-
-            self._queue.put(_STOP)
-        end = time.monotonic() + timeout
-        for t in self._threads:
-            t.join(max(0.0, end - time.monotonic()))
-        if any(t.is_alive() for t in self._threads):
-            raise TimeoutError(f"{self.alive_workers} of {self._n} workers still running")
-
-
-class _ExceptionKillsWorker(WorkQueue):
-    """The handler runs outside any try: its exception ends the worker thread, and the item's
-    future is never completed."""
-
-    def _work(self) -> None:
-        from .work_queue import _STOP
-
-        while True:
-            entry = self._queue.get()
-            if entry is _STOP:
-                return
-            item, future = entry
-            future.set_running_or_notify_cancel()
-            future.set_result(self._handler(item))
-
-
-class _SwallowsException(WorkQueue):
-    """The worker survives, but the exception is logged nowhere and the future never completes."""
-
-    def _work(self) -> None:
-        from .work_queue import _STOP
-
-        while True:
-            entry = self._queue.get()
-            if entry is _STOP:
-                return
-            item, future = entry
-            future.set_running_or_notify_cancel()
-            try:
-                future.set_result(self._handler(item))
-            except Exception:  # noqa: S110  (the defect)
-                pass
+# ---- defective drafts (each must fail the grader): the reference with one mistake each ---------------
+# A draft is either the reference's methods with the mistake edited into their source (edited_class:
+# the edits are the whole difference) or a subclass that wraps the reference's methods.
 
 
 class _Unbounded(WorkQueue):
@@ -360,22 +311,28 @@ class _DropsQueuedWork(WorkQueue):
         super().shutdown(timeout)
 
 
-class _AcceptsAfterShutdown(WorkQueue):
-    """submit() does not check for shutdown: an item lands behind the sentinels and never runs."""
-
-    def submit(self, item, timeout=None):
-        future = Future()
-        self._queue.put((item, future), timeout=timeout)
-        return future
-
-
 VARIANTS = {
-    "one sentinel for all workers": _OneSentinel,
-    "an exception kills the worker": _ExceptionKillsWorker,
-    "the exception is swallowed": _SwallowsException,
+    "one sentinel for all workers": edited_class(
+        WorkQueue, "_OneSentinel", "shutdown() puts one sentinel for all workers: one exits, the others block forever.",
+        shutdown=[("for _ in self._threads:\nself._queue.put(_STOP)", "self._queue.put(_STOP)")]),
+    "an exception kills the worker": edited_class(
+        WorkQueue, "_ExceptionKillsWorker",
+        "The handler runs outside any try: its exception ends the worker thread, and the item's future is never "
+        "completed.",
+        _work=[("try:\nresult = self._handler(item)\n"
+                "except Exception as err:  # the handler's failure belongs to its item, not to the worker\n"
+                "future.set_exception(err)\nelse:\nfuture.set_result(result)",
+                "future.set_result(self._handler(item))")]),
+    "the exception is swallowed": edited_class(
+        WorkQueue, "_SwallowsException",
+        "The worker survives, but the exception is logged nowhere and the future never completes.",
+        _work=[("future.set_exception(err)", "pass")]),
     "no bound": _Unbounded,
     "shutdown drops queued work": _DropsQueuedWork,
-    "submit accepted after shutdown": _AcceptsAfterShutdown,
+    "submit accepted after shutdown": edited_class(
+        WorkQueue, "_AcceptsAfterShutdown",
+        "submit() does not check for shutdown: an item lands behind the sentinels and never runs.",
+        submit=[('if self._closed:\nraise RuntimeError("submit after shutdown")', "")]),
 }
 
 

@@ -141,3 +141,15 @@ def test_practice_every_defect_fails(name):
 
 def test_practice_skeleton_not_implemented():
     assert check(skeleton).status == "not implemented"
+
+
+def test_a_decode_taken_by_a_prefill_does_not_decode():
+    """A state the loop itself never reaches (a prefill older than a decode), but schedule_step
+    takes any state: the prefill's make_room preempts the newer decode, which must leave the decodes."""
+    prefill = Seq(0, prefill_left=64, output_left=5, context=32, blocks=2)
+    decode = Seq(1, prefill_left=0, output_left=5, context=16, blocks=1)
+    state = SchedState((), (prefill, decode), (), free_blocks=1, block_size=16, max_running=8)
+    step = schedule_step(state, 64)
+    assert step.preempted == (1, 0)
+    assert step.decodes == () and step.chunks == () and step.tokens == 0
+    check_invariants(state, 64, step)
