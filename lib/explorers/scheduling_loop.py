@@ -1,4 +1,4 @@
-"""Explorers for the scheduler-loop coding questions (I088, I097): what the token budget costs in
+"""Explorers for the scheduler-loop coding questions (I088): what the token budget costs in
 TPOT on the book's step model (:func:`lib.scheduling.cost.step_cost`), the loop's decisions.
 
 Views call lib only; the figure is one persistent matplotlib figure updated in place.
@@ -12,8 +12,8 @@ from lib.book import figures
 from lib.book.widgets import Choice, IntRange, View, explorer
 from lib.units import fmt_time, sig
 
-MODELS = ("llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "qwen2.5-7b")
-GPUS = ("h100-sxm", "h200", "mi300x", "l4", "a100-sxm-80gb")
+MODELS = ("llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "qwen2.5-72b")
+GPUS = ("h100-sxm", "h200", "mi300x", "l4", "a100-sxm")
 TPS = (1, 2, 4, 8)
 
 

@@ -104,3 +104,16 @@ def test_block_allocator_explorer_reports_a_partial_failure_as_partial():
     assert rows["2. append A x4"].startswith("A wrote 3 of 4 (partial)"), rows["2. append A x4"]
     assert "changed nothing" in rows["2. append A x4"]
     assert rows["A: block table"].endswith("(6 tokens)")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_model_and_gpu_choices_name_registry_entries(name):
+    """A model or GPU a widget offers must be in data/: an option that can only be refused is a bug."""
+    from lib.registry.hardware import gpu_names
+    from lib.registry.models import model_names
+
+    known = {"model": set(model_names()), "gpu": set(gpu_names())}
+    for arg, dom in REGISTRY[name].domains.items():
+        kind = next((k for k in known if arg == k or arg.endswith("_" + k)), None)
+        if kind and isinstance(dom, widgets.Choice):
+            assert set(dom.options) <= known[kind], (arg, sorted(set(dom.options) - known[kind]))
