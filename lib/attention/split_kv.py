@@ -18,7 +18,7 @@ lse_c = -inf, so its weight exp(-inf - L) is exactly 0. If every split is empty,
 lse_c - M = -inf - (-inf) = NaN unless guarded (then O = 0, L = -inf: the zero-row convention of
 :mod:`lib.attention.naive`). ``guard_empty_splits=False`` reproduces both NaNs.
 
-The occupancy arithmetic (:func:`decode_occupancy`, :func:`wave_efficiency`, and the split count
+The occupancy arithmetic (:func:`decode_occupancy`, :func:`wave_efficiency` of :mod:`lib.kernels.sm`, and the split count
 FlashAttention-2 picks, :func:`flash_num_splits` / :func:`decode_num_splits`) takes the SM count
 from ``data/hardware.yaml`` (``gpu(name).compute_units``) or as a parameter. More splits are not
 free: each writes a partial output and LSE that the merge reads back, and a split count that
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lib.inputs import integer, integer_array
+from lib.kernels.sm import wave_efficiency, waves
 
 from ._common import acc_dtype_of, check_qkv, expand_kv, scale_of
 
@@ -222,18 +223,7 @@ def decode_occupancy(batch: int, kv_heads: int, num_splits: int = 1, *, gpu: str
     sms = _sms(gpu, sm_count)
     blocks = batch * kv_heads * num_splits
     slots = sms * per_sm
-    waves = math.ceil(blocks / slots)
-    return DecodeOccupancy(blocks, sms, per_sm, waves, blocks / (waves * slots))
-
-
-def wave_efficiency(thread_blocks: int, slots: int) -> float:
-    """Fraction of the launched waves' block slots that hold work: w / ceil(w), w = blocks / slots.
-
-    48 blocks on 108 slots: 0.44; 96: 0.89; 144: 0.67 (the second wave is a third full).
-    """
-    thread_blocks, slots = integer("thread_blocks", thread_blocks, 1), integer("slots", slots, 1)
-    waves = thread_blocks / slots
-    return waves / math.ceil(waves)
+    return DecodeOccupancy(blocks, sms, per_sm, waves(blocks, slots), wave_efficiency(blocks, slots))
 
 
 def flash_num_splits(blocks_without_split: int, slots: int, key_blocks: int, max_splits: int = 128) -> int:

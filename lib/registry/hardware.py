@@ -3,7 +3,7 @@
 ``gpu("h100-sxm").peak_flops("bf16")`` is the DENSE tensor-core peak in FLOP/s (datasheet
 sparse figures halved); ``memory_bandwidth`` is bytes/s; ``scaleup_bandwidth`` is the NVLink
 (or Infinity Fabric per-peer) bandwidth per direction in bytes/s. The optional on-chip figures
-(``smem_per_sm_bytes``, ``sfu_ops_per_sm_clock``, ``tensor_clock_hz``) are None where
+(``smem_per_sm_bytes``, ``sfu_ops_per_sm_clock``, ``tensor_clock_hz``, ``compute_capability``) are None where
 ``data/hardware.yaml`` has no source for them.
 """
 
@@ -39,6 +39,7 @@ class GPU:
     smem_per_sm_bytes: float | None = None  # shared memory one SM (AMD: CU) gives its blocks, bytes
     sfu_ops_per_sm_clock: float | None = None  # special-function (exp2 ...) results per SM per clock
     tensor_clock_hz: float | None = None  # the clock the dense tensor-core peak is computed at
+    compute_capability: str | None = None  # NVIDIA's "9.0" etc. (lib.kernels.sm reads its per-SM limits); None on AMD
 
     def peak_flops(self, dtype: str = "bf16") -> float:
         """Dense peak in FLOP/s for matmuls in ``dtype`` (raises if the chip has no such unit)."""
@@ -101,6 +102,7 @@ def _build(key: str, raw: dict, sources: dict) -> GPU:
         smem_per_sm_bytes=_value(raw.get("smem_per_sm_kib"), KiB),
         sfu_ops_per_sm_clock=_value(raw.get("sfu_ops_per_sm_clock"), 1.0),
         tensor_clock_hz=_value(raw.get("tensor_clock_mhz"), 1e6),
+        compute_capability=str(raw["compute_capability"]["value"]) if raw.get("compute_capability") else None,
     )
 
 
