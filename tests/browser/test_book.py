@@ -289,3 +289,16 @@ def test_search_finds_the_fields_names(book_page, book_url, query, page_expected
     assert page_expected in pages, f"searching {query!r} does not find {page_expected}: {pages}"
     code = [snippet for _, snippet in results if re.search(r"\bglue\(|\bexplore\(|^from lib|\bimport\b", snippet)]
     assert not code, f"search snippets show code: {code[:2]}"
+
+
+@pytest.mark.parametrize(("query", "page_expected"), [
+    ("KV cache size", "chapters/02-kv-cache/kv-per-sequence.html"),
+    ("ridge point", "chapters/01-roofline/ridge-point.html"),
+    ("memory budget", "chapters/02-kv-cache/kv-capacity-memory-budget.html"),
+])
+def test_the_page_named_by_the_query_ranks_first(book_page, book_url, query, page_expected):
+    """The page whose title holds the query comes first among the pages (glossary entries aside):
+    _ext/search_scorer.js; Sphinx alone ties every page with the words in any heading."""
+    pages = [href.split("#")[0] for href, _ in _search(book_page, book_url, query)]
+    pages = [p for p in pages if p != "glossary.html"]
+    assert pages and pages[0] == page_expected, f"searching {query!r}: {pages[:5]}"
