@@ -50,8 +50,6 @@ __all__ = [
     "cases",
     "check",
     "describe",
-    "exp_overflow_score",
-    "largest_finite",
     "reference_sdpa",
     "run",
     "skeleton",
@@ -63,26 +61,6 @@ DEFAULT_CONFIG = ("config", 1, 2, 2, 4, 6, 8, "float32", 1.0, 0)
 TOLERANCE = 1e-4  # absolute and relative, against the float64 oracle (outputs are O(1))
 SCORE_TOLERANCE = 1e-6  # per unit of the case's largest |score| (FP32 rounding of the scores)
 DTYPES = ("float32", "float16")
-
-_BF16_MAX = float(np.array(0x7F7F0000, np.uint32).view(np.float32))  # 0 11111110 1111111: (2 - 2^-7) 2^127
-
-
-def largest_finite(dtype: str) -> float:
-    """The largest finite value of ``dtype``: fp16 65504, bf16 (2 - 2^-7) 2^127 ~ 3.39e38,
-    fp32 (2 - 2^-23) 2^127 ~ 3.40e38, fp64 ~ 1.80e308."""
-    table = {"fp16": float(np.finfo(np.float16).max), "bf16": _BF16_MAX,
-             "fp32": float(np.finfo(np.float32).max), "fp64": float(np.finfo(np.float64).max)}
-    if dtype not in table:
-        raise ValueError(f"dtype must be one of {', '.join(table)}, got {dtype!r}")
-    return table[dtype]
-
-
-def exp_overflow_score(dtype: str) -> float:
-    """The score past which exp(s) is +inf in ``dtype``: ln(largest finite value).
-    fp16: ln 65504 = 11.09; bf16 and fp32: 88.72; fp64: 709.8. Subtracting the row max keeps
-    every exponent <= 0, so no score overflows."""
-    return math.log(largest_finite(dtype))
-
 
 def skeleton(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """softmax(q k^T / sqrt(d) over the keys the mask allows) v.

@@ -260,14 +260,6 @@ MAX_SPLITS = 64
 GQA_MODELS = tuple(m for m in models.model_names() if not models.model(m).is_mla)  # MLA: one latent, not KV heads
 
 
-def kv_heads_per_gpu(model: str, tp: int) -> int:
-    """KV heads one of ``tp`` tensor-parallel ranks holds (replicated past the KV-head count):
-    H_kv x :meth:`Model.kv_share_per_rank` (after :meth:`Model.check_tp`)."""
-    m = models.model(model)
-    m.check_tp(tp)
-    return round(m.num_kv_heads * m.kv_share_per_rank(tp))
-
-
 def _waves_build(fig) -> SimpleNamespace:
     ax = fig.add_subplot()
     fig.subplots_adjust(left=0.1, right=0.97, bottom=0.3, top=0.92)
@@ -324,7 +316,7 @@ def split_kv_occupancy(model: str, gpu: str, tp: int, batch: int, context: int, 
 
     m = models.model(model)
     m.check_context(context)
-    heads = kv_heads_per_gpu(model, tp)
+    heads = models.model(model).kv_heads_per_rank(tp)
     sms = hardware.gpu(gpu).compute_units
     occ = [sk.decode_occupancy(batch, heads, s, sm_count=sms) for s in range(1, MAX_SPLITS + 1)]
     busy = np.array([o.sm_busy_fraction for o in occ])

@@ -217,7 +217,7 @@ def activation_peak_bytes(
         up = heads * (m.qk_nope_head_dim + m.v_head_dim)
         attn = q + latent + up + heads * m.v_head_dim
     else:
-        kv_heads = max(1, m.num_kv_heads // tp)
+        kv_heads = m.kv_heads_per_rank(tp)
         attn = (heads + 2 * kv_heads) * m.head_dim + heads * m.head_dim
     ffn = 3 * _mlp_inner_per_token(m) / tp
     return b * tokens * (2 * d + max(attn, ffn))

@@ -93,6 +93,12 @@ class Model:
         No divisibility check (an even split of any degree): see :meth:`check_tp`."""
         return 1.0 if self.is_mla else max(1.0 / tp, 1.0 / self.num_kv_heads)
 
+    def kv_heads_per_rank(self, tp: object) -> int:
+        """KV heads one of ``tp`` tensor-parallel ranks holds (replicated past the KV-head count):
+        H_kv x :meth:`kv_share_per_rank`, after :meth:`check_tp`. Llama 3.1 405B (8 KV heads) at
+        TP16: 1."""
+        return round(self.num_kv_heads * self.kv_share_per_rank(self.check_tp(tp)))
+
     @property
     def gqa_group_size(self) -> float:
         """Query heads per cached KV head (1 = MHA; MLA shares one latent across all heads)."""

@@ -11,6 +11,7 @@ from lib.attention import split_kv as sk
 from lib.attention.traffic import visible_pairs
 from lib.book import widgets
 from lib.explorers import flashattention_code as fc
+from lib.registry import models
 
 
 def _view(name, **kw):
@@ -83,9 +84,9 @@ def test_split_kv_occupancy_against_lib_and_the_registry():
     tp8 = _view("flashattention.split_kv_occupancy", model="llama-3.1-70b", gpu="h100-sxm", tp=8, batch=1,
                 context=8192, num_splits=1)
     assert tp8.values["heads"] == 1 and tp8.values["busy_unsplit"] == pytest.approx(1 / 132)
-    mha = fc.kv_heads_per_gpu("llama-2-7b", 4)
+    mha = models.model("llama-2-7b").kv_heads_per_rank(4)
     assert mha == 8
-    assert fc.kv_heads_per_gpu("llama-3.1-405b", 16) == 1  # replicated past the KV-head count
+    assert models.model("llama-3.1-405b").kv_heads_per_rank(16) == 1  # replicated past the KV-head count
     assert "deepseek-v3" not in fc.GQA_MODELS
 
 

@@ -1,0 +1,31 @@
+"""Floating-point formats as numbers: the largest finite value of each dtype the book uses, and
+the score past which exp() overflows in it (the reason softmax subtracts the row max)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .fp8 import E4M3_MAX
+
+__all__ = ["largest_finite", "exp_overflow_score"]
+
+_BF16_MAX = float(np.array(0x7F7F0000, np.uint32).view(np.float32))  # 0 11111110 1111111: (2 - 2^-7) 2^127
+_LARGEST = {"fp8": E4M3_MAX, "fp16": float(np.finfo(np.float16).max), "bf16": _BF16_MAX,
+            "fp32": float(np.finfo(np.float32).max), "fp64": float(np.finfo(np.float64).max)}
+
+
+def largest_finite(dtype: str) -> float:
+    """The largest finite value of ``dtype``: fp8 (E4M3) 448, fp16 65504, bf16 (2 - 2^-7) 2^127
+    ~ 3.39e38, fp32 (2 - 2^-23) 2^127 ~ 3.40e38, fp64 ~ 1.80e308."""
+    if dtype not in _LARGEST:
+        raise ValueError(f"dtype must be one of {', '.join(_LARGEST)}, got {dtype!r}")
+    return _LARGEST[dtype]
+
+
+def exp_overflow_score(dtype: str) -> float:
+    """The score past which exp(s) is +inf in ``dtype``: ln(largest finite value).
+    fp16: ln 65504 = 11.09; bf16 and fp32: 88.72; fp64: 709.8. Subtracting the row max keeps
+    every exponent <= 0, so no score overflows."""
+    return math.log(largest_finite(dtype))
