@@ -48,22 +48,16 @@ __all__ = [
 
 PASSES = ("forward", "backward")
 
-#: Published H100 SXM5 attention throughputs (dense FP16/BF16 unless named), TFLOP/s, with sources.
-#: FA3 paper: Shah et al., arXiv:2407.08608; FA3 blog: pytorch.org/blog/flashattention-3 (same
-#: authors); FA2 paper: Dao, arXiv:2307.08691.
-PUBLISHED_H100 = {
-    "fa2_fwd_bwd": (335.0, "FA2 paper sec. 4.1: 'up to 335 TFLOPs/s' on H100 (fwd + bwd, no Hopper instructions)"),
-    "fa2_fwd": (350.0, "FA3 blog: 'from 350 TFLOPS in FlashAttention-2 FP16 forward pass'"),
-    "fa3_rewrite_low": (540.0, "FA3 blog: rewriting with wgmma and TMA gives 'around 540-570 TFLOPS' (FP16 fwd)"),
-    "fa3_rewrite_high": (570.0, "FA3 blog: rewriting with wgmma and TMA gives 'around 540-570 TFLOPS' (FP16 fwd)"),
-    "fa3_no_ws": (570.0, "FA3 paper Table 2: GEMM-softmax pipelining, no warp specialization (hdim 128, 8448)"),
-    "fa3_no_pipelining": (582.0, "FA3 paper Table 2: warp specialization, no GEMM-softmax pipelining"),
-    "fa3_table2": (661.0, "FA3 paper Table 2: FlashAttention-3 (batch 4, seqlen 8448, 16 heads, hdim 128)"),
-    "fa3_pingpong_low": (620.0, "FA3 paper sec. 3.1: pingpong improves 570 -> 620-640 TFLOPS (fwd, hdim 128, 8K)"),
-    "fa3_pingpong_high": (640.0, "FA3 paper sec. 3.1: pingpong improves 570 -> 620-640 TFLOPS (fwd, hdim 128, 8K)"),
-    "fa3_best": (740.0, "FA3 paper abstract: FP16 'up to 740 TFLOPs/s (75% utilization)'"),
-    "fa3_fp8": (1200.0, "FA3 paper abstract: FP8 'close to 1.2 PFLOPs/s'"),
-}
+def _published_h100() -> dict[str, tuple[float, str]]:
+    from lib.registry import assumptions
+
+    rows = assumptions.entry("anchors.flashattention_h100_tflops")
+    return {k: (float(v["value"]), v["note"]) for k, v in rows.items() if isinstance(v, dict)}
+
+
+#: Published H100 SXM5 attention throughputs (dense FP16/BF16 unless named), TFLOP/s, with their
+#: sources: ``data/assumptions.yaml`` ``anchors.flashattention_h100_tflops`` (FA2 and FA3 papers, FA3 blog).
+PUBLISHED_H100 = _published_h100()
 
 
 def matmul_flops_per_score(head_dim: int, pass_: str = "forward") -> float:
