@@ -217,6 +217,32 @@ class BlockAllocator:
         self._lengths[seq_id] = position + 1
         return event
 
+    def append_tokens(self, seq_id: Hashable, tokens: Iterable[int]) -> CopyEvent | None:
+        """Append several tokens to ``seq_id`` at once: the same blocks, slots and copy as calling
+        :meth:`append_token` for each, all or nothing (:class:`OutOfBlocks` before anything changes).
+        Needs ceil((len(tokens) - room in the last block) / block_size) new blocks, plus one for a
+        copy when that last block is partially filled and shared."""
+        table = self._table(seq_id)
+        new = [_check_token(token) for token in tokens]
+        if not new:
+            return None
+        size, position = self._block_size, self._lengths[seq_id]
+        slot = position % size
+        room = size - slot if slot else 0
+        copy = bool(slot) and self._refcount[table[-1]] > 1
+        fresh = -(-(len(new) - room) // size) if len(new) > room else 0
+        if fresh + copy > len(self._free):
+            raise OutOfBlocks(f"need {fresh + copy} free blocks, only {len(self._free)} free")
+        event = self._copy_on_write(seq_id) if copy else None
+        for block in self._take_blocks(fresh):
+            self._refcount[block] = 1
+            table.append(block)
+        slots = self._slots
+        for offset, token in enumerate(new, start=position):
+            slots[table[offset // size]][offset % size] = token
+        self._lengths[seq_id] = position + len(new)
+        return event
+
     def free(self, seq_id: Hashable) -> list[int]:
         """Drop ``seq_id``; return the blocks whose refcount reached 0 (now on the free list)."""
         table = self._table(seq_id)

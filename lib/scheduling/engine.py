@@ -87,8 +87,7 @@ class KVPool:
         else:
             if n > alloc.num_free_blocks:
                 raise ValueError(f"grow: {n} blocks asked, {self.free} free (the caller must make room)")
-            for i in range(held, held + n):
-                alloc.append_token(rid, i)
+            alloc.append_tokens(rid, range(held, held + n))
         self.allocated += n
 
     def release(self, rid: int) -> int:

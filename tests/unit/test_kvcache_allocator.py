@@ -1,7 +1,7 @@
 """Paged block allocator: unit tests, a stateful property test, and the naive CoW variants."""
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -279,3 +279,43 @@ def test_stateful_machine_catches_naive_copy_on_write(mistake):
     fast = settings(max_examples=1000, stateful_step_count=30, phases=[Phase.generate])
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         run_state_machine_as_test(NaiveMachine, settings=fast)
+
+
+def _state(a):
+    return ({s: a.block_table(s) for s in a.seq_ids()}, {s: a.tokens(s) for s in a.seq_ids()},
+            sorted(a.free_block_ids()), [(e.seq_id, e.src_block, e.dst_block) for e in a.copy_events])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4), st.integers(0, 9), st.integers(0, 12), st.booleans(), st.integers(4, 12))
+def test_append_tokens_equals_one_append_per_token(block_size, prompt, extra, shared, num_blocks):
+    """Oracle: append_tokens(seq, ts) leaves the same tables, payloads, free list and copy events as
+    append_token for each t; when those would run out of blocks it raises having changed nothing."""
+    def build():
+        a = BlockAllocator(num_blocks, block_size)
+        try:
+            a.allocate("p", range(prompt))
+            if shared:
+                a.fork("p", "c")
+        except OutOfBlocks:
+            return None
+        return a
+
+    bulk, one = build(), build()
+    if bulk is None:
+        return
+    before = _state(bulk)
+    new = list(range(100, 100 + extra))
+    try:
+        for t in new:
+            one.append_token("p", t)
+        failed = False
+    except OutOfBlocks:
+        failed = True
+    if failed:
+        with pytest.raises(OutOfBlocks):
+            bulk.append_tokens("p", new)
+        assert _state(bulk) == before
+    else:
+        bulk.append_tokens("p", new)
+        assert _state(bulk) == _state(one)
