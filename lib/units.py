@@ -21,11 +21,15 @@ _BYTE_UNITS = {"B": 1.0, "KB": KB, "MB": MB, "GB": GB, "TB": TB,
 
 
 def sig(x: float, digits: int = 3) -> str:
-    """Format ``x`` with ``digits`` significant digits and thousands separators (``1,234``, ``0.0512``)."""
+    """Format ``x`` with ``digits`` significant digits and thousands separators (``1,234``, ``0.0512``);
+    below 0.001 in scientific notation (``5.2e-8``), where a run of zeros would hide the magnitude."""
     x = real("value", x)
     if x == 0:
         return "0"
     rounded = float(f"{x:.{digits}g}")
+    if abs(rounded) < 1e-3:
+        mantissa, exponent = f"{rounded:.{digits - 1}e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
     decimals = max(digits - 1 - math.floor(math.log10(abs(rounded))), 0)
     return f"{rounded:,.{decimals}f}"
 
