@@ -23,3 +23,15 @@ def test_import_lib_loads_nothing_heavy():
 def test_core_modules_defer_plotting_and_widgets():
     loaded = _loaded_after("import lib.perf.roofline, lib.registry.models, lib.registry.hardware, lib.book.widgets, lib.book.check, lib.units")
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
+
+
+def test_every_lib_package_is_installed():
+    """pyproject.toml lists its packages explicitly: a new lib subpackage missing there imports from
+    the repository (editable install) but not from an installed copy (a hub image)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "lib").rglob("__init__.py")}
+    assert found == listed, f"missing from pyproject.toml: {sorted(found - listed)}; listed but absent: {sorted(listed - found)}"
