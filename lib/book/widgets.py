@@ -27,13 +27,15 @@ from lib.book.domain import Choice, Domain, FloatRange, IntRange, Text  # noqa: 
 @dataclass
 class View:
     """A small table (label, value) and an optional figure (a :class:`lib.book.figures.Drawing`:
-    anything with ``svg()``), with a one-line note."""
+    anything with ``svg()``) with its caption (one sentence saying what to look at; required with a
+    figure), and a one-line note."""
 
     title: str
     rows: list[tuple[str, str]]
     figure: Any = None
     note: str = ""
     values: dict[str, float] = field(default_factory=dict)  # raw numbers, for tests
+    caption: str = ""
 
     def svg(self) -> str:
         """The figure as inline SVG text ('' when there is none)."""
@@ -49,7 +51,9 @@ class View:
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><td>{html.escape(k)}</td><td><b>{html.escape(v)}</b></td></tr>"
                        for k, v in self.rows)
-        pic = f'<div role="img" aria-label="{html.escape(self.title)}">{self.svg()}</div>' if self.figure else ""
+        cap = f'<figcaption>{html.escape(self.caption)}</figcaption>' if self.caption else ""
+        pic = (f'<figure class="explorer-figure"><div role="img" aria-label="{html.escape(self.caption or self.title)}">'
+               f'{self.svg()}</div>{cap}</figure>' if self.figure else "")
         note = f"<p><i>{html.escape(self.note)}</i></p>" if self.note else ""
         return (f'<div class="explorer-view"><b>{html.escape(self.title)}</b>'
                 f'<table class="explorer-table">{rows}</table>{note}{pic}</div>')

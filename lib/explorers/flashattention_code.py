@@ -14,7 +14,7 @@ from lib.attention import naive as nv
 from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.registry import hardware, models
-from lib.units import sig
+from lib.units import fmt_pct, sig
 
 # ---- W01: SDPA's probabilities under a mask, and what the numerics do to them -----------------
 
@@ -149,7 +149,10 @@ def sdpa_numerics(mask: str, n_q: int, n_k: int, head_dim: int, score_scale: flo
     note = ("Grey cells are masked keys, red cells NaN. Turn the guard off with a mask that empties rows to see "
             "-inf - (-inf); raise the q multiplier with the max subtraction off to see exp overflow; fp16 "
             "scores lose precision as they grow.")
-    return View(f"SDPA of one head: {mask}, {n_q} x {n_k}", rows, fig, note,
+    caption = (f"Each cell is the probability query i gives key j (colour scale on the right); grey cells are masked "
+               f"keys, red cells NaN. {int(no_key.sum())} of {n_q} rows have no allowed key"
+               + (f" and return {rows_give}" if no_key.any() else "") + f"; {int(nan_rows.sum())} rows hold a NaN.")
+    return View(f"SDPA of one head: {mask}, {n_q} x {n_k}", rows, fig, note, caption=caption,
                 values={"no_key_rows": float(no_key.sum()), "nan_rows": float(nan_rows.sum()), "error": err,
                         "largest_score": top, "saturation": saturation})
 
@@ -249,7 +252,13 @@ def kv_cache_mask(cached: int, chunk: int, convention: str) -> View:
             ("max |error| vs full recomputation", sig(err, 2) if err > 1e-12 else "0 (exact)")]
     note = ("Rows are the chunk's queries, columns every key after the step; the dashed line is where the cache "
             "ended. Green is right, red a future key seen, orange a key it should see but does not.")
-    return View(f"Cached attention mask: {convention}", rows, fig, note,
+    verdict = ("sees every key it must and no future key, so it matches full recomputation" if not leaked and not missing
+               else f"leaks {leaked:,} future keys (red) and hides {missing:,} keys it must see (orange): an error of "
+                    f"{sig(err, 2)} against full recomputation")
+    caption = (f"Rows are the chunk's {chunk} queries, columns every key after the step"
+               + (", the chunk's own keys right of the dashed line" if cached else "")
+               + f"; green marks a key it must see and does. This mask {verdict}.")
+    return View(f"Cached attention mask: {convention}", rows, fig, note, caption=caption,
                 values={"must": float(must), "allowed": float(used.sum()), "leaked": float(leaked),
                         "missing": float(missing), "error": err})
 
@@ -334,7 +343,11 @@ def split_kv_occupancy(model: str, gpu: str, tp: int, batch: int, context: int, 
                                        f"{picked_occ.waves} wave(s))")]
     note = ("Bars: the fraction of SM slots doing work (blocks / (waves x SMs)) at each split count; a count that "
             "overshoots a whole wave by a few blocks drops to about half. The red bar is the chosen S.")
-    return View(f"Split-KV decode occupancy: {model}, {gpu}", rows, fig, note,
+    caption = (f"Each bar is the share of SM slots doing work when the keys are split S ways (batch {batch} x {heads} KV heads "
+               f"x S thread blocks on {sms} SMs); a count just past a whole wave drops to about half. The chosen "
+               f"S = {num_splits} (red) keeps {fmt_pct(this.sm_busy_fraction)} busy; FlashAttention-2 picks S = {picked} "
+               f"(triangle), {fmt_pct(picked_occ.sm_busy_fraction)}.")
+    return View(f"Split-KV decode occupancy: {model}, {gpu}", rows, fig, note, caption=caption,
                 values={"heads": float(heads), "sms": float(sms), "busy": this.sm_busy_fraction,
                         "busy_unsplit": occ[0].sm_busy_fraction, "picked": float(picked),
                         "waves": float(this.waves)})

@@ -14,7 +14,7 @@ from lib.book import figures
 from lib.book.widgets import Choice, IntRange, View, explorer
 from lib.perf.roofline import roofline_time
 from lib.registry import hardware, models
-from lib.units import fmt_bytes, fmt_time, sig
+from lib.units import fmt_bytes, fmt_int, fmt_pct, fmt_time, sig
 
 GPUS = tuple(hardware.gpu_names())
 HEAD_DIMS = (64, 80, 96, 128, 192, 256)
@@ -96,7 +96,12 @@ def softmax_io_view(seq_len: int, head_dim: int, dtype: str, score_dtype: str, g
     note = ("The three unfused lines are parallel (each is N² times a count of passes) and the fused lines "
             "grow more slowly: the gap at the grey line is the traffic FlashAttention removes. Times are "
             f"roofline bounds on {gpu} (BF16 tensor-core peak, datasheet HBM bandwidth).")
+    caption = (f"HBM bytes of one head against N: the three unfused lines differ only in how many times the N x N scores "
+               f"cross HBM, and the fused ones (dashed, dotted) never write them. At N = {fmt_int(seq_len)} (grey) the "
+               f"fused kernel is {sig(times['three_pass'].time_s / times['tiled'].time_s, 2)}x to "
+               f"{sig(times['three_pass'].time_s / times['floor'].time_s, 2)}x faster than the three-pass one.")
     return View(f"One head, N = {seq_len:,}, d = {head_dim}, {dtype} (scores {score_dtype}), {gpu}", rows, fig, note,
+                caption=caption,
                 values={**here, **{f"{k}_s": t.time_s for k, t in times.items()}})
 
 
@@ -165,7 +170,10 @@ def tile_map_view(seq_len: int, block_q: int, block_k: int, window: int) -> View
     note = ("Each cell is one Br x Bc tile. Grey tiles are never loaded; orange ones straddle the mask's edge "
             "and are the only ones that pay for masking (and can hold a row with no allowed key, the NaN case); "
             "blue ones run unmasked.")
-    return View(f"{mask} mask, N = {seq_len:,}, Br = {block_q}, Bc = {block_k}", rows_out, fig, note,
+    caption = (f"Each cell is one Br x Bc tile of the {mask} mask: {c['skip']:,} of {c['total']:,} are skipped (grey), "
+               f"{c['partial']:,} pay for masking (orange) and {c['full']:,} run unmasked (blue), so the kernel does "
+               f"{fmt_pct(c['computed'] / c['total'])} of the dense work.")
+    return View(f"{mask} mask, N = {seq_len:,}, Br = {block_q}, Bc = {block_k}", rows_out, fig, note, caption=caption,
                 values={k: float(v) for k, v in c.items()})
 
 
@@ -244,5 +252,9 @@ def backward_memory_view(model: str, seq_len: int, batch: int, dtype: str, store
     note = ("The red line (one layer's kept probabilities) grows as N², the blue one as N; the dashed line is "
             "the GPU's whole memory. A causal mask does not shrink the red line: the standard backward keeps the "
             "full N x N matrix, zeros included.")
-    return View(f"{model}, N = {seq_len:,}, batch {batch}, P in {dtype}", rows, fig, note,
+    caption = (f"Bytes one layer keeps for the backward: the probabilities grow as N² (red), one log-sum-exp per row as N "
+               f"(blue), against the {g.name}'s memory (dashed). At N = {fmt_int(seq_len)} (grey) the probabilities take "
+               f"{fmt_bytes(p_layer)} per layer, {sig(p_layer * m.num_layers / g.memory_bytes)}x the GPU's memory over "
+               f"all {m.num_layers} layers.")
+    return View(f"{model}, N = {seq_len:,}, batch {batch}, P in {dtype}", rows, fig, note, caption=caption,
                 values={"p_layer": p_layer, "saved": saved, "extra_flops": extra_model})

@@ -21,7 +21,7 @@ from lib.perf import memory as mem
 from lib.perf import prefill
 from lib.perf import roofline as rf
 from lib.registry import hardware, models
-from lib.units import fmt_bytes, fmt_time, sig
+from lib.units import fmt_bytes, fmt_int, fmt_pct, fmt_time, sig
 
 ATTN_DTYPES = ("fp16", "bf16")
 HEAD_DIMS = (64, 128, 256)
@@ -60,7 +60,11 @@ def roofline_placement(gpu: str, dtype: str, seq_len: int, head_dim: int, block_
         rows.append((f"{name}: intensity, bound, time", f"{sig(t.intensity)} FLOP/byte, {t.bound}, {fmt_time(t.time_s)}"))
     sides = "; ".join(f"{name} {'right' if t.bound == 'compute' else 'left'} of it ({t.bound}-bound)"
                       for name, t in times.items())
-    return View(f"one head, N = {seq_len:,}, d = {head_dim}, {dtype} on {g.key}", rows, fig,
+    bounds = ", ".join(f"{name} {t.bound}-bound" for name, t in times.items())
+    caption = (f"One head's attention placed three ways on the {g.key} {dtype} roofline: every dot does the same FLOPs, "
+               f"so only its HBM bytes move it, and left of the dashed ridge ({sig(g.ridge_point(dtype))} FLOP/byte) a "
+               f"dot is memory-bound. Here: {bounds}.")
+    return View(f"one head, N = {seq_len:,}, d = {head_dim}, {dtype} on {g.key}", rows, fig, caption=caption,
                 note=f"The dashed line is the ridge; every dot does the same FLOPs, so only its bytes move it: {sides}.",
                 values={k: t.intensity for k, t in times.items()} | {"ridge": g.ridge_point(dtype)})
 
@@ -159,7 +163,11 @@ def hbm_traffic(gpu: str, dtype: str, seq_len: int, head_dim: int, block_q: int,
             ("L2 stops holding K/V at", f"N = {knee:,}" if knee else f"beyond N = {int(top):,}")]
     where = (f"the L2 line leaves the compulsory floor at N = {knee:,}" if knee else
              "the L2 line stays on the compulsory floor over the whole range")
-    return View(f"one head, d = {head_dim}, Br = {block_q}, {dtype} on {g.key}", rows, fig,
+    caption = (f"HBM bytes of one head against the sequence length: naive (scores in HBM) grows as N², the textbook "
+               f"tiled count as N² / Br, and the L2 model (thick) stays near the compulsory floor (dotted) while L2 "
+               f"holds K/V: {where}. At N = {fmt_int(seq_len)} (grey) the L2 model moves "
+               f"{sig(naive.total_bytes / l2.total_bytes)}x fewer bytes than naive.")
+    return View(f"one head, d = {head_dim}, Br = {block_q}, {dtype} on {g.key}", rows, fig, caption=caption,
                 note=f"Log-log: naive grows as N squared, the textbook tiled count as N squared / Br; {where}.",
                 values={"naive": naive.total_bytes, "textbook": book.total_bytes, "l2": l2.total_bytes,
                         "knee": float(knee or 0)})
@@ -247,7 +255,12 @@ def utilization(gpu: str, dtype: str, head_dim: int, pass_: str, mma_sync_effici
             + (f"Crosses: published H100 SXM throughputs (FA2 forward {published['fa2_fwd'][0]:,.0f}, FA3 up to "
                f"{published['fa3_best'][0]:,.0f}, FP8 about {published['fa3_fp8'][0]:,.0f} TFLOP/s)."
                if anchor else "Published H100 figures are drawn only for H100 SXM, head dim 128, forward."))
-    return View(f"{g.key} {dtype}, head dim {head_dim}, {pass_}", rows, fig, note=note,
+    short = {"fa2": "FA2", "wgmma": "wgmma serialized", "fa3": "FA3", "fa3_fp8": "FA3 in FP8"}
+    caption = (f"Each bar is the time of one attention score under one schedule on the {g.key}; only the blue part does "
+               f"matmul work at peak, so its share is the utilization ceiling: "
+               + ", ".join(f"{short[k]} {fmt_pct(s.utilization)}" for k, s in sched.items())
+               + (". Crosses mark the published H100 SXM throughputs." if anchor else "."))
+    return View(f"{g.key} {dtype}, head dim {head_dim}, {pass_}", rows, fig, note=note, caption=caption,
                 values={k: s.utilization for k, s in sched.items()} | {"ratio": first.exp_to_matmul_ratio})
 
 
@@ -322,7 +335,11 @@ def million_token_plan(model: str, gpu: str, context: int, weight_dtype: str, kv
         rows.append((f"{name}: prefill (TTFT)", fmt_time(ring.ttft_s)))
     est = prefill.prefill_estimate(m, g, context, PLAN_TP, prefill_mfu, weight_dtype)
     rows.append(("attention share of prefill FLOPs", f"{sig(100 * est.flops_attention / est.flops)}%"))
-    return View(f"{model} on {g.key}, {context:,} tokens", rows, fig,
+    need = {name: PLAN_TP * cpx.groups_to_hold(b, context) for name, b in budgets.items()}
+    caption = (f"The GPUs whose KV pools hold one request, in whole TP8 groups, against its length: the model as is "
+               f"(blue) and the same model as MHA (red, dashed); the grey line is one node. At {fmt_int(context)} "
+               f"tokens (dotted) it needs {need['gqa']} GPUs as is and {need['mha']} as MHA.")
+    return View(f"{model} on {g.key}, {context:,} tokens", rows, fig, caption=caption,
                 note="Steps: the GPUs whose KV pools hold one request, in whole TP8 groups; the grey line is one node. "
                      "Where the dashed MHA line leaves the node, the one-node plan breaks.",
                 values={"gqa_gpus": float(PLAN_TP * cpx.groups_to_hold(budgets["gqa"], context)),

@@ -33,7 +33,7 @@ from lib.kvcache import block_sharing as bs
 from lib.kvcache import paged_waste as pw
 from lib.kvcache.allocator_practice import HUNT_NAMES, hunt_allocator
 from lib.registry import models
-from lib.units import fmt_bytes, fmt_pct, sig
+from lib.units import fmt_bytes, fmt_int, fmt_pct, sig
 
 MODELS = tuple(models.model_names())
 
@@ -266,11 +266,20 @@ def _allocator_view(alloc, shadow: dict, rows: list, allocator: str, num_blocks:
             holders.setdefault(block, []).append(str(seq))
     blocks = [(refs[b], holders.get(b, []), alloc.read_block(b)) for b in range(num_blocks)]
     fig = _POOL_FIGURE(blocks)
+    shared = sum(r > 1 for r in refs)
+    wrong = sum(r != len(h) for r, h, _ in blocks)
+    oracles = ("both oracles pass" if not own and not con else
+               f"the {' and '.join(n for n, f in (('ownership', own), ('content', con)) if f)} oracle"
+               f"{'s fire' if own and con else ' fires'}")
+    caption = (f"Each box is one block: above it the sequences holding it, inside the tokens it stores, below its id "
+               f"and refcount. Here {alloc.num_free_blocks} of {num_blocks} blocks are free, {shared} shared and "
+               f"{wrong} have a refcount that disagrees with their holders (red edge); {oracles}.")
     return View(
         f"{allocator}: {num_blocks} blocks x {block_size} tokens",
         rows,
         fig,
         "grey = free, blue = one owner, orange = shared; a red edge means refcount != holders.",
+        caption=caption,
         values={
             "free": float(alloc.num_free_blocks),
             "used": float(alloc.num_used_blocks),
@@ -352,10 +361,23 @@ def defect_replay(
         )
     fu = np.array(free_used)
     fig = _REPLAY_FIGURE(fu, num_blocks)
+    end = int(fu[-1].sum())
+    if end < num_blocks:
+        tally = f"here it ends {num_blocks - end} below: blocks leaked"
+    elif end > num_blocks:
+        tally = f"here it ends {end - num_blocks} above: a block is counted twice"
+    else:
+        tally = "here it ends on it"
+    fired = "; ".join(f"the {name} oracle " + ("never fires" if first[name] is None else
+                                                f"first fires after op {first[name]}")
+                      for name in ("ownership", "content"))
+    caption = (f"Free plus used (thick) must stay on the dashed total of {num_blocks} blocks after every operation, "
+               f"and {tally}. {fired[0].upper()}{fired[1:]}.")
     return View(
         f"{variant}: {program} on {num_blocks} x {block_size}",
         rows,
         fig,
+        caption=caption,
         values={
             "ownership_first": float(first["ownership"] or 0),
             "content_first": float(first["content"] or 0),
@@ -439,10 +461,14 @@ def block_sharing(
         ),
         ("prompt tokens in the partial block (P mod B)", str(cost["remainder_tokens"])),
     ]
+    caption = (f"Blocks in use over the run ({workload}), without sharing and with copy-on-write sharing; the gap between "
+               f"the lines is the saving: {fmt_pct(end.saving)} at the end, {fmt_pct(avg)} over the run, for "
+               f"{fmt_int(end.copies)} copy-on-write copies.")
     return View(
         f"{workload}: {n} x {model}, P={p}, G={g}, B={b}",
         rows,
         fig,
+        caption=caption,
         values={
             "shared": float(end.blocks_shared),
             "unshared": float(end.blocks_unshared),
@@ -512,10 +538,15 @@ def paged_waste(
             f"{sig(1e9 / (max_tokens * per_token))}",
         ),
     ]
+    caption = (f"Left: a paged sequence wastes at most B-1 slots (dotted) and about (B-1)/2 on average (dashed); at "
+               f"B = {block_size} (red) the simulation gives {sig(s.mean_waste_tokens('paged'))} tokens. Right: the "
+               f"share of reserved slots that hold a token, {fmt_pct(s.utilization('paged'))} paged against "
+               f"{fmt_pct(s.utilization('contiguous_max'))} when each sequence reserves {fmt_int(max_tokens)}.")
     return View(
         f"{model} KV ({kv_dtype}), B={block_size}, lengths ~ LogNormal(median {median_tokens}, sigma {sig(sigma)})",
         rows,
         fig,
+        caption=caption,
         values={
             "waste_sim": s.mean_waste_tokens("paged"),
             "waste_max": float(s.paged_max_waste),

@@ -16,7 +16,7 @@ from lib.perf import prefill as pf
 from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
 from lib.registry.dtypes import bytes_per_element
-from lib.units import GiB, fmt_bytes, fmt_pct, fmt_time, sig
+from lib.units import GiB, fmt_bytes, fmt_int, fmt_pct, fmt_time, sig
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())
@@ -67,10 +67,22 @@ def kv_per_sequence(model: str, kv_dtype: str, weight_dtype: str, context: int) 
             ("query heads / KV heads", sig(m.gqa_group_size)),
             ("with query heads (wrong)", fmt_bytes(wrong)),
         ]
+    if m.is_mla:
+        mistake = ""
+    elif m.num_kv_heads == m.num_attention_heads:
+        mistake = " With as many KV heads as query heads, counting query heads (dashed) happens to be right."
+    else:
+        mistake = (f" The dashed line counts query heads instead of KV heads: {sig(wrong / (context * per_token))}x "
+                   "too much.")
+    share = fmt_pct(per_seq / weights) if per_seq < weights else f"{sig(per_seq / weights)}x"
+    caption = (f"One sequence's KV grows linearly with its context and equals the {weight_dtype} weights "
+               f"({fmt_bytes(weights)}, black) at {sig(weights / per_token)} tokens; at this context "
+               f"({fmt_int(context)}, red) it is {share} their size.{mistake}")
     return View(
         f"{m.key}, {context:,} tokens, KV in {kv_dtype}",
         rows,
         fig,
+        caption=caption,
         values={
             "per_token": per_token,
             "per_sequence": per_seq,
@@ -136,10 +148,16 @@ def long_context(
         ("TTFT breaks at", f"{sig(ttft_ctx)} tokens"),
         ("scheduler breaks at", f"{sched_ctx:,} tokens"),
     ]
+    breaks = {"capacity": cap_ctx, "TTFT": ttft_ctx, "the scheduler": sched_ctx}
+    first = min(breaks, key=breaks.get)
+    caption = (f"Each line is one limit's margin as the context grows; it breaks where its line falls below 1 (black). "
+               f"Capacity breaks at {fmt_int(cap_ctx)} tokens, TTFT at {sig(ttft_ctx)} and the scheduler at "
+               f"{fmt_int(sched_ctx)}: {first} breaks first.")
     return View(
         f"{m.key} on {tp}x {g.key}",
         rows,
         fig,
+        caption=caption,
         values={
             "capacity": cap_ctx,
             "ttft": ttft_ctx,
@@ -196,11 +214,17 @@ def memory_budget(
         ("headroom margin", fmt_bytes(b.headroom_margin_bytes)),
     ]
     note = "" if b.headroom_margin_bytes >= 0 else "headroom margin negative: this GPU OOMs at peak"
+    margin = (f"{fmt_bytes(b.headroom_margin_bytes)} stay free at peak" if b.headroom_margin_bytes >= 0 else
+              f"at peak it is {fmt_bytes(-b.headroom_margin_bytes)} short")
+    caption = (f"One GPU's memory, left to right: the pieces the engine measures or estimates, the headroom it does not "
+               f"count, and the KV cache ({fmt_bytes(b.kv_cache_bytes)}), sized so the counted pieces reach the dashed "
+               f"utilization limit. The solid line is the memory the driver shows; {margin}.")
     return View(
         f"{b.model_key} on {tp}x {b.gpu_key}",
         rows,
         _BUDGET_FIGURE(b, layout=(len(b.table()),)),
         note=note,
+        caption=caption,
         values={"kv": b.kv_cache_bytes, "blocks": b.num_blocks, "margin": b.headroom_margin_bytes},
     )
 
@@ -253,8 +277,12 @@ def memory_beyond(
         ("as KV tokens lost per GPU", f"{sig(total / b.kv_bytes_per_token_per_gpu)}"),
         ("headroom margin", fmt_bytes(b.headroom_margin_bytes, "GiB")),
     ]
+    name, largest, _ = max(items, key=lambda item: item[1])
+    caption = (f"Everything on one GPU besides weights and KV: {fmt_bytes(total, 'GiB')} in all, the largest "
+               f"{name.replace('_', ' ')} ({fmt_bytes(largest, 'GiB')}). The colour says how the engine accounts for "
+               "each: measured in its profiling run, estimated, or left out as headroom.")
     return View(
-        f"{m.key} on {tp}x {g.key}", rows, fig, values={"total": total, **dict(b.components)}
+        f"{m.key} on {tp}x {g.key}", rows, fig, caption=caption, values={"total": total, **dict(b.components)}
     )
 
 
@@ -330,7 +358,14 @@ def gqa_vs_mla(
             )
         sequences[key] = heights
     fig = _GQA_FIGURE([n for n, _ in layouts], sequences, context)
-    return View(f"{n_gpus}x {gpu} at TP{tp}, KV in {kv_dtype}", rows, fig, values=values)
+    best = []
+    for key, heights in sequences.items():
+        i = int(np.argmax(heights))
+        best.append(f"{key} most with {layouts[i][0]} ({fmt_int(heights[i])})" if heights[i] > 0 else
+                    f"{key} fits no layout")
+    caption = (f"Sequences of {fmt_int(context)} tokens that {n_gpus}x {gpu} hold under each layout, the GQA model "
+               f"beside the MLA one; a missing bar is a layout that does not fit. Here {best[0]}, {best[1]}.")
+    return View(f"{n_gpus}x {gpu} at TP{tp}, KV in {kv_dtype}", rows, fig, caption=caption, values=values)
 
 
 @explorer(
@@ -383,7 +418,17 @@ def tp_past_kv_heads(
     if not labels:
         raise ValueError(f"no layout of {m.key} fits on {n_gpus}x {gpu} in {weight_dtype}")
     fig = _LAYOUTS_FIGURE(labels, heights, layout=(max(_LAYOUT_ROWS, len(labels)),))
-    return View(f"{m.key} on {n_gpus}x {gpu} ({h} KV heads)", rows, fig, values=values)
+    best = labels[int(np.argmax(heights))]
+    if n_gpus <= h:
+        verdict = f"{n_gpus} GPUs do not pass its {h} KV heads, so TP over all of them copies no head."
+    elif "TP = all GPUs" in labels:
+        verdict = (f"past {h} KV heads TP = all GPUs copies heads, so it holds "
+                   f"{fmt_pct(heights[labels.index('TP = all GPUs')] / max(heights))} of the best ('{best}').")
+    else:
+        verdict = f"the most is held by '{best}'."
+    caption = (f"Million tokens of KV that {n_gpus}x {gpu} hold under each layout (a layout that does not fit has no "
+               f"bar); {verdict}")
+    return View(f"{m.key} on {n_gpus}x {gpu} ({h} KV heads)", rows, fig, caption=caption, values=values)
 
 
 # ---- figures (one persistent matplotlib figure per explorer, lib.book.figures) -----------------
@@ -459,13 +504,14 @@ def _budget_build(fig, n: int) -> SimpleNamespace:
     a = SimpleNamespace(ax=ax)
     a.bars = ax.barh(np.zeros(n), np.zeros(n), height=0.9, edgecolor="white")
     a.names = [ax.text(0.0, 0.0, "", ha="center", va="center", fontsize=7, color="white") for _ in range(n)]
-    a.requested = ax.axvline(0.0, color="black", ls="--", lw=1)
-    a.visible = ax.axvline(0.0, color="black", lw=1.5)
+    a.requested = ax.axvline(0.0, color="black", ls="--", lw=1, label="utilization limit")
+    a.visible = ax.axvline(0.0, color="black", lw=1.5, label="visible memory")
     ax.set_yticks([])
     ax.set_ylim(-0.5, 0.5)
-    ax.set_xlabel("GB per GPU (dashed: utilization limit; solid: visible memory)")
+    ax.set_xlabel("GB per GPU")
     kinds = [Patch(color=COLORS[view], label=label) for label, view in _BUDGET_KINDS]
-    ax.legend(handles=kinds, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.42))
+    ax.legend(handles=[*kinds, a.requested, a.visible], fontsize=7, ncol=3, loc="upper center",
+              bbox_to_anchor=(0.5, -0.42))
     return a
 
 

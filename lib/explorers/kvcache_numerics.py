@@ -16,7 +16,7 @@ from lib.kvcache import tiering as kt
 from lib.numerics import fp8
 from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
-from lib.units import GB, TB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_time, sig
+from lib.units import GB, TB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_int, fmt_pct, fmt_time, sig
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())
@@ -62,10 +62,15 @@ def fp8_scale(
             f"2^{sig(float(SCALE_LOG2[int(np.argmin(i['total_rel']))]))} x amax/127",
         ),
     ]
+    caption = (f"Moving right (a larger scale) clips fewer outliers, while E4M3 rounding stays flat until small values "
+               f"fall into the subnormals; the black total is lowest at 2^{sig(float(SCALE_LOG2[best]))} x the amax "
+               f"scale, and the dashed line is INT8's. At the chosen scale (red) rounding costs {sig(float(chosen['rounding_rel'][0]))} and clipping "
+               f"{sig(float(chosen['clipping_rel'][0]))} of the signal power.")
     return View(
         "E4M3 error of a K-like tensor vs its scale",
         rows,
         fig,
+        caption=caption,
         values={
             "rounding_rel": float(chosen["rounding_rel"][0]),
             "clipping_rel": float(chosen["clipping_rel"][0]),
@@ -183,8 +188,13 @@ def tiering(
             )
         )
         values[f"{label}_fetch_s"] = t.fetch_s
+    options = {"recomputing": rows_t[0].recompute_s, **{f"fetching from {t.name}": t.fetch_s for t in rows_t[1:]}}
+    fastest = min(options, key=options.get)
+    caption = (f"Recomputing (black) grows at least linearly with the prefix, each fetch with its bytes plus a latency; "
+               f"wherever a tier's line is below the black one, fetching from it wins. For this prefix of "
+               f"{fmt_int(prefix_tokens)} tokens (red) {fastest} is fastest, {fmt_time(options[fastest])}.")
     return View(
-        f"{m.key} on {n_gpus}x {g.key}: a {prefix_tokens}-token prefix", rows, fig, values=values
+        f"{m.key} on {n_gpus}x {g.key}: a {prefix_tokens}-token prefix", rows, fig, caption=caption, values=values
     )
 
 
@@ -249,10 +259,16 @@ def ssd_wear(
         ),
         ("drives saturated", "yes: the tier must drop writes" if wear.saturated else "no"),
     ]
+    days_left = wear.lifetime_days
+    span = "under a week" if days_left < 7 else ("under a year" if days_left < 365 else "over a year")
+    caption = (f"The days until the drives reach their rated endurance fall as more of the new KV goes to SSD; at this "
+               f"share ({fmt_pct(spill_fraction)}, red) they last {sig(days_left)} days, {span}"
+               + ("; the writes also exceed what the drives can absorb." if wear.saturated else "."))
     return View(
         f"SSD wear: {m.key} on {g.key}, {ssd_drives} x {capacity_tb} TB",
         rows,
         fig,
+        caption=caption,
         values={"write_rate": rate, "lifetime_days": wear.lifetime_days},
     )
 

@@ -25,7 +25,7 @@ from lib.kvcache import radix_scenarios as rs
 from lib.kvcache import recompute_fetch as rf
 from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
-from lib.units import GB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_pct, fmt_time, sig
+from lib.units import GB, fmt_bandwidth, fmt_bytes, fmt_count, fmt_int, fmt_pct, fmt_time, sig
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())
@@ -80,10 +80,13 @@ def radix_steps(scenario: str, step: int, num_slots: int, program: str = "") -> 
     for line in last.tree:
         rows.append(("tree", line.replace(" ", NBSP)))
     fig = _SLOTS_FIGURE(last.slot_state)
+    caption = (f"Each cell is one KV slot of the pool after step {last.index}: {last.num_cached} hold cached tokens "
+               f"({last.num_pinned} of them pinned by a lock, which eviction must skip) and {last.num_free} are free.")
     return View(
         f"RadixCache, scenario {scenario!r}, after step {last.index}",
         rows,
         fig,
+        caption=caption,
         values={
             "num_cached": last.num_cached,
             "num_free": last.num_free,
@@ -162,10 +165,14 @@ def prefix_hit_rates(
         ),
     ]
     fig = _HITS_FIGURE(rates, workload)
+    caption = (f"Token hit rate of each workload through the same RadixCache, sized to {fmt_pct(capacity_pct)} of its "
+               f"unique tokens; the highlighted bar, {workload.replace('_', ' ')}, hits {fmt_pct(chosen.hit_rate)}, "
+               f"which saves {fmt_pct(sav.fraction_saved)} of its prefill FLOPs.")
     return View(
         f"{workload} through a RadixCache at {fmt_pct(capacity_pct)} capacity ({m.key}, {g.key} x{tp})",
         rows,
         fig,
+        caption=caption,
         note=f"Traces simulated at {_SCALE} tokens per symbol (48 requests, 256 tokens per turn).",
         values={
             "hit_rate": chosen.hit_rate,
@@ -231,10 +238,15 @@ def chained_hash_collisions(
     if run.first_violation:
         rows.append(("first wrong hit", run.first_violation))
     fig = _COLLISIONS_FIGURE(runs[True].wrong_kv_requests, runs[False].wrong_kv_requests)
+    caption = (f"How many of {num_requests} requests get another prefix's KV with a {hash_bits}-bit chained hash: "
+               f"{runs[True].wrong_kv_requests} when each hit is checked against the stored tokens, "
+               f"{runs[False].wrong_kv_requests} when it is not (birthday odds of any collision: "
+               f"{fmt_pct(bh.birthday_collision_probability(distinct, hash_bits))}).")
     return View(
         f"Chained hashes, {hash_bits}-bit, verify_on_hit={verify_on_hit}, {eviction_order}",
         rows,
         fig,
+        caption=caption,
         values={
             "wrong": run.wrong_kv_requests,
             "hit_rate": run.hit_rate,
@@ -292,11 +304,16 @@ def eviction_stranding(
         values[f"{policy}_stranded"] = sim.stranded_bytes[-1]
         values[f"{policy}_closed"] = closed.stranded_bytes
     fig = _STRANDING_FIGURE(stranded)
+    caption = (f"Stranded KV (blocks still cached but unreachable, because an earlier block of their chain was evicted) "
+               f"as {num_prefixes} prefixes of {prefix_blocks} blocks cycle through {capacity_blocks} blocks: head-first "
+               f"ends at {fmt_bytes(values['head_first_stranded'])}, tail-first at "
+               f"{fmt_bytes(values['tail_first_stranded'])}.")
     return View(
         f"{num_prefixes} prefixes of {prefix_blocks} blocks, capacity {capacity_blocks} blocks ({m.key})",
         rows,
         fig,
         note="Closed form: head-first strands (C mod n) blocks and never hits; tail-first strands 0 and hits clip(C-(P-1)n, 0, n)/n.",
+        caption=caption,
         values=values,
     )
 
@@ -347,10 +364,17 @@ def recompute_vs_fetch(
     rec_ms = [rf.recompute_time_s(dep, int(p), **kw) * 1e3 for p in grid]
     fetch_ms = {t.key: [rf.fetch_time_s(m, int(p), t, tp=tp, kv_dtype=kv_dtype) * 1e3 for p in grid] for t in tiers}
     fig = _FETCH_FIGURE(grid, rec_ms, fetch_ms, prefix_tokens)
+    options = {"recomputing": rec, **{f"fetching from {t.key.replace('_', ' ')}": values[f"fetch_{t.key}"] for t in tiers}}
+    fastest = min(options, key=options.get)
+    verdict = ("recomputing is free: it rides in a memory-bound pass" if rec <= 0 else
+               f"{fastest} is fastest, {fmt_time(options[fastest])}")
+    caption = (f"Recomputing the prefix (black) against fetching its KV from each storage tier; where a tier's line is "
+               f"below the black one, fetching wins. At {fmt_int(prefix_tokens)} prefix tokens (dotted) {verdict}.")
     return View(
         f"Recompute vs fetch: {m.key} on {g.key} x{tp}, {prefix_tokens} prefix tokens",
         rows,
         fig,
+        caption=caption,
         values=values,
     )
 

@@ -16,7 +16,7 @@ from lib.perf.prefill import prefill_time
 from lib.perf.step import decode_step, step_assumptions
 from lib.registry import hardware, models
 from lib.registry.dtypes import BYTES_PER_ELEMENT
-from lib.units import MS, fmt_pct, fmt_time, sig
+from lib.units import MS, fmt_int, fmt_pct, fmt_time, sig
 
 WEIGHT_DTYPES = ("bf16", "fp8", "int4")
 
@@ -94,7 +94,11 @@ def decode_floor(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     rows = [(k.replace("_", " "), fmt_time(v)) for k, v in parts.items()]
     rows += [("step total", fmt_time(total)), ("floor / total", fmt_pct(step.floor_s / total)),
              ("tokens/s per sequence", sig(1 / total))]
-    return View(f"{dep.label}, batch {batch}, context {context}", rows, fig,
+    floor_parts = ("its leftmost segment is the read floor (weights" if step.buckets["kv_cache"] <= 0 else
+                   "its two leftmost segments are the read floor (weights and KV cache")
+    caption = (f"The bar is one decode step of {fmt_time(total)}: {floor_parts} at datasheet bandwidth, "
+               f"{fmt_pct(step.floor_s / total)} of the step); everything to the right is what a real server adds.")
+    return View(f"{dep.label}, batch {batch}, context {context}", rows, fig, caption=caption,
                 values={**step.buckets, "floor": step.floor_s, "total": total})
 
 
@@ -103,21 +107,34 @@ def decode_floor(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     gpu=Choice(tuple(hardware.gpu_names())),
     dtype=Choice(("bf16", "fp16", "fp8", "tf32", "fp32")),
     m=IntRange(1, 65536, log=True, label="GEMM M (tokens)"),
+    m_prefill=IntRange(1, 131072, log=True, label="prefill M (tokens)"),
     n=IntRange(1, 65536, log=True, label="GEMM N"),
     k=IntRange(1, 65536, log=True, label="GEMM K"),
 )
-def ridge_point(gpu: str, dtype: str, m: int, n: int, k: int) -> View:
-    """N001: a chip's ridge point and where a GEMM of a given shape lands against it."""
+def ridge_point(gpu: str, dtype: str, m: int, m_prefill: int, n: int, k: int) -> View:
+    """N001: a chip's ridge point and where a GEMM of a given shape lands against it, at M tokens
+    and at the prefill's M, beside an elementwise add (1 FLOP per 6 bytes)."""
     g = hardware.gpu(gpu)
     storage = dtype if dtype in BYTES_PER_ELEMENT else "bf16"
-    flops, nbytes = rf.gemm_flops_bytes(m, n, k, storage)
-    t = rf.roofline_time(flops, nbytes, g, dtype)
     ridge = g.ridge_point(dtype)
-    fig = rf.plot_roofline(g, dtype, {f"GEMM {m}x{n}x{k}": t.intensity, "elementwise add": 1 / 6})
+    t = rf.roofline_time(*rf.gemm_flops_bytes(m, n, k, storage), g, dtype)
+    tp = rf.roofline_time(*rf.gemm_flops_bytes(m_prefill, n, k, storage), g, dtype)
+    add = 1 / 6
+    fig = rf.plot_roofline(g, dtype, {f"GEMM {m}x{n}x{k}": t.intensity,
+                                      f"prefill GEMM, M = {m_prefill}": tp.intensity,
+                                      "elementwise add": add})
     rows = [("ridge point", f"{sig(ridge)} FLOP/byte"), ("GEMM intensity", f"{sig(t.intensity)} FLOP/byte"),
             ("bound", t.bound), ("time bound", fmt_time(t.time_s)),
-            ("attainable", f"{fmt_pct(rf.attainable_flops(t.intensity, g, dtype) / g.peak_flops(dtype))} of peak")]
-    return View(f"{g.key} {dtype}", rows, fig, values={"ridge": ridge, "intensity": t.intensity})
+            ("attainable", f"{fmt_pct(rf.attainable_flops(t.intensity, g, dtype) / g.peak_flops(dtype))} of peak"),
+            (f"prefill GEMM intensity (M = {m_prefill})", f"{sig(tp.intensity)} FLOP/byte"),
+            ("prefill bound, time", f"{tp.bound}, {fmt_time(tp.time_s)}")]
+
+    caption = (f"Left of the dashed ridge ({sig(ridge)} FLOP/byte) a dot sits on the sloped bandwidth roof and its "
+               f"time is its bytes; right of it, on the flat compute roof. The GEMM at M = {fmt_int(m)} ({sig(t.intensity)} "
+               f"FLOP/byte) is {t.bound}-bound, at M = {fmt_int(m_prefill)} ({sig(tp.intensity)}) {tp.bound}-bound, and the "
+               f"add ({sig(add)}) memory-bound at any size.")
+    return View(f"{g.key} {dtype}", rows, fig, caption=caption,
+                values={"ridge": ridge, "intensity": t.intensity, "intensity_prefill": tp.intensity})
 
 
 @explorer(
@@ -151,6 +168,9 @@ def prefill_crossover(model: str, gpu: str, tp: int, dtype: str, kv_dtype: str, 
             ("prefill floor (no communication)", fmt_time(floor)),
             ("TP all-reduces (grow with the prompt)", fmt_time(full.allreduce_s)),
             ("TTFT = prefill time, queueing excluded", fmt_time(full.time_s))]
-    return View(f"{m.key} on {tp}x {g.key} ({dtype}, KV {kv_dtype})", rows, fig,
+    caption = (f"The rising line (matmuls at this MFU) crosses the nearly flat one (weight and KV reads) near "
+               f"{sig(crossover * mfu)} tokens; the dashed line is the crossover at peak FLOP/s, {sig(crossover)}. "
+               f"The red line is this {fmt_int(prompt_len)}-token prompt: its prefill is {rows[2][1]}-bound.")
+    return View(f"{m.key} on {tp}x {g.key} ({dtype}, KV {kv_dtype})", rows, fig, caption=caption,
                 values={"crossover": crossover, "floor": floor, "ttft": full.time_s})
 

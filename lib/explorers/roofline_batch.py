@@ -14,7 +14,7 @@ from lib.perf import energy, moe, moe_cost
 from lib.perf import throughput as tput
 from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
-from lib.units import fmt_bytes, fmt_pct, fmt_time, sig
+from lib.units import fmt_bytes, fmt_int, fmt_pct, fmt_time, sig
 
 MOE_MODELS = tuple(k for k in models.model_names() if models.model(k).is_moe)
 GPUS = tuple(hardware.gpu_names())
@@ -97,10 +97,18 @@ def moe_experts(
         ("compute-bound from batch", f"{sig(b_c)} tokens"),
         ("hottest expert load / mean (skewed)", f"{sig(moe_cost.hottest_expert_load_ratio(pi))}x"),
     ]
+    caption = (
+        f"Left: the distinct experts a step reads climb toward all {e} (grey) as the tokens per step grow; at "
+        f"this batch of {fmt_int(batch)} (red) it reads {sig(touched)}. Right: per token, the MoE costs "
+        f"{sig(here['moe'].time_per_token_s / here['same_total'].time_per_token_s)}x a dense model of the same "
+        f"total parameters and {sig(here['moe'].time_per_token_s / here['same_active'].time_per_token_s)}x one of "
+        "the same active parameters."
+    )
     return View(
         f"{m.key} on {gpus}x {g.key} ({weight_dtype}), batch {batch}",
         rows,
         fig,
+        caption=caption,
         values={"touched": touched, "bytes": here["moe"].weight_bytes, "compute_bound_batch": b_c},
     )
 
@@ -153,11 +161,17 @@ def throughput_knee(
         if batch <= b_max
         else f"batch {batch} does not fit: the KV cache holds {sig(b_max)} sequences"
     )
+    reach = (f"at the KV capacity (red, {sig(b_max)} sequences) the replica reaches "
+             f"{fmt_pct(tput.tokens_per_s(dep, int(b_max), context) / ceiling)} of that ceiling"
+             if b_max >= 1 else "no sequence fits in the KV cache, so no batch is reachable")
+    caption = (f"Throughput climbs with batch and bends at the knee (green, {sig(knee)} sequences, half the dashed "
+               f"ceiling of {_tokens(ceiling)}); {reach}.")
     return View(
         f"{m.key} on {tp}x {g.key}, {context} tokens of context",
         rows,
         fig,
         note,
+        caption=caption,
         values={"knee": knee, "ceiling": ceiling, "b_max": float(b_max)},
     )
 
@@ -219,11 +233,16 @@ def joules_per_token(
         ("J/token swing", f"{sig(one['j_per_token'] / many['j_per_token'])}x"),
     ]
     note = f"batch capped at the KV ceiling ({sig(b_max)})" if batch > b_max else ""
+    caption = (f"Energy per token is power over throughput: from batch 1 to batch {fmt_int(big)} (red) throughput grows "
+               f"{sig(many['tokens_per_s'] / one['tokens_per_s'])}x and power {sig(many['power_w'] / one['power_w'])}x, "
+               f"so J/token goes from {sig(one['j_per_token'])} to {sig(many['j_per_token'])}. The grey lines pin "
+               "power at TDP and at the batch-1 level.")
     return View(
         f"{m.key} on {tp}x {g.key} ({weight_dtype}, KV {kv_dtype}), {context} tokens of context",
         rows,
         fig,
         note,
+        caption=caption,
         values={"j1": one["j_per_token"], "jB": many["j_per_token"]},
     )
 
@@ -267,10 +286,16 @@ def headline_claim(
         )
         for s in scen
     ]
+    meeting = [s.name for s in scen if s.meets(claim)]
+    caption = (f"Each bar is one reading of the claim (weights dtype, speculation, a smaller model, a batch "
+               f"aggregate) and its bandwidth ceiling in tokens/s per user; the red line is the claim, {sig(claim)}. "
+               + (f"{len(meeting)} of {len(scen)} readings reach it (green), the first '{meeting[0]}'."
+                  if meeting else f"None of the {len(scen)} readings reaches it."))
     return View(
         f"{sig(claim)} tokens/s per user: {model} on {n_gpus}x {gpu}",
         rows,
         fig,
+        caption=caption,
         values={"floor": base.tokens_per_s, "n_meeting": float(sum(s.meets(claim) for s in scen))},
     )
 
@@ -311,7 +336,7 @@ def generation_regimes(
     speed = {r.gpu: ds.regime_speedups(base, r) for r in rows_by_gpu}
     ys = {reg: [speed[r.gpu][reg] for r in rows_by_gpu] for reg in regimes}
     fig = _REGIMES_FIGURE([r.gpu for r in rows_by_gpu], ys, base.gpu)
-    rows = []
+    rows, caps = [], {}
     for r in rows_by_gpu:
         s = speed[r.gpu]
         if math.isnan(s["capacity"]):
@@ -320,6 +345,7 @@ def generation_regimes(
             cap = f"inf ({base.gpu} holds no sequence)"
         else:
             cap = f"{sig(s['capacity'])}x"
+        caps[r.gpu] = cap
         rows.append(
             (
                 r.gpu,
@@ -327,11 +353,18 @@ def generation_regimes(
                 f"(KV holds {sig(r.capacity_batch)} sequences)",
             )
         )
+    last = rows_by_gpu[-1].gpu
+    caption = (f"Each line is one regime's speedup per GPU over the {base.gpu}: compute (prefill time), bandwidth "
+               "(batch-1 decode) and capacity (tokens/s at the KV ceiling). "
+               + (f"On the {last} they read {sig(speed[last]['compute'])}x, {sig(speed[last]['bandwidth'])}x and "
+                  f"{caps[last]}: how much a generation gains depends on the regime."
+                  if last != base.gpu else f"Only the {base.gpu} runs this setup, so each line is a single point."))
     return View(
         f"{model} ({weight_dtype}) on {n_gpus} GPUs, {context} tokens of context",
         rows,
         fig,
         f"left out (no KV room beside the weights, or no such peak): {', '.join(left_out)}" if left_out else "",
+        caption=caption,
         values={f"{r.gpu}_{k}": v for r in rows_by_gpu for k, v in speed[r.gpu].items()},
     )
 
@@ -381,10 +414,15 @@ def bytes_per_flop(
         ),
         ("share of peak FLOP/s usable", fmt_pct(min(1.0, supply / demand))),
     ]
+    caption = (f"The solid line is what the decode step asks for, falling as batch shares the weight read; each dashed "
+               f"line is a chip's supply, and above it the step is memory-bound on that chip. At batch {fmt_int(batch)} (red) "
+               f"it asks {sig(demand)} bytes/FLOP, {sig(demand / supply)}x the {g.key}'s supply: "
+               f"{'memory' if demand > supply else 'compute'}-bound.")
     return View(
         f"{model}, batch {batch}, {context} tokens of context, on {g.key}",
         rows,
         fig,
+        caption=caption,
         values={"demand": demand, "supply": supply},
     )
 

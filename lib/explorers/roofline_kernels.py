@@ -97,10 +97,23 @@ def kernel_ranking(
         ("elementwise + sampling (roofline)", fmt_time(elem_t)),
         ("KV pool holds (sequences)", f"{sig(room)}: {'fits' if fits else 'does not fit (roofline only)'}"),
     ]
+    finite = [c for c in cross.values() if np.isfinite(c)]
+    if not finite:
+        flip = "no GEMM passes it at any batch"
+    elif max(finite) <= 1:
+        flip = "every GEMM is above it from batch 1"
+    elif sig(min(finite)) == sig(max(finite)):
+        flip = f"the GEMMs pass it at batch {sig(min(finite))}"
+    else:
+        flip = f"the GEMMs pass it between batch {sig(min(finite))} and {sig(max(finite))}"
+    caption = (f"Each GEMM's intensity rises with the batch, which shares one weight read; attention (black, "
+               f"{sig(att)} FLOP/B) stays flat because each sequence reads its own KV cache, and {flip}. Below the "
+               f"dashed ridge ({sig(g.ridge_point(cdt))}) a kernel is memory-bound.")
     return View(
         f"{m.key} on {tp}x {g.key}, batch {batch}, context {context}",
         rows,
         fig,
+        caption=caption,
         values={
             "attention_intensity": att,
             "crossover_min": min(cross.values()),
@@ -158,10 +171,15 @@ def batch1_gap(
         ("modelled step (lib.perf.step)", fmt_time(trace.step_s)),
         ("step / floor", f"{sig(trace.step_s / floor)}x"),
     ]
+    top = max(gaps.BUCKETS, key=lambda k: b[k])
+    caption = (f"The bar is the modelled batch-1 step, {fmt_time(trace.step_s)}, {sig(trace.step_s / floor)}x the black "
+               f"line (the weights read at datasheet bandwidth); each segment after the floor is one suspect, and the "
+               f"largest here is {gaps.BUCKET_LABEL[top]}: {fmt_time(b[top])}.")
     return View(
         f"{dep.label}, batch 1, context {context}",
         rows,
         fig,
+        caption=caption,
         values={**b, "step": trace.step_s, "floor_params": floor},
     )
 
@@ -215,10 +233,15 @@ def where_it_breaks(
         ("KV pool holds (sequences)", sig(_concurrency(dep, context))),
         ("share lost to the breaks", fmt_pct(1 - plan / total)),
     ]
+    label, worst = max(rows_w[1:], key=lambda r: r[1])
+    caption = (f"The blue bar is the roofline plan's step, {fmt_time(plan)}; each red bar starts where the one above "
+               f"ends and adds one break, to {fmt_time(total)} ({sig(total / plan)}x the plan). The largest is "
+               f"'{label}', {fmt_time(worst)}.")
     return View(
         f"{dep.label}, batch {batch}, {prompt_len}+{output_len} tokens",
         rows,
         fig,
+        caption=caption,
         values={"plan_s": plan, "total_s": total},
     )
 

@@ -18,7 +18,7 @@ from lib.perf import tp_scaling as tps
 from lib.perf.deployment import Deployment
 from lib.registry import hardware, models
 from lib.registry.dtypes import bytes_per_element
-from lib.units import MS, fmt_count, fmt_flops, fmt_pct, fmt_time, sig
+from lib.units import MS, fmt_count, fmt_flops, fmt_int, fmt_pct, fmt_time, sig
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())
@@ -75,10 +75,14 @@ def flops_per_token(model: str, context: int) -> View:
         ("breakeven context (one token)", f"{sig(breakeven)} tokens"),
         ("breakeven window, Kaplan form", f"{sig(2 * breakeven)} tokens"),
     ]
+    caption = (f"Per token, the weights cost a flat {sig(two_n / 1e9)} GFLOP (2N, the lower band) and attention adds a "
+               f"band that grows with the context; the two are equal at the dashed breakeven, {sig(breakeven)} tokens. "
+               f"At this context of {fmt_int(context)} (red) attention is {fmt_pct(attn / (two_n + attn))} of the total.")
     return View(
         f"{m.key}: FLOPs per token at context {context}",
         rows,
         fig,
+        caption=caption,
         values={"two_n": two_n, "attention": attn, "breakeven": breakeven},
     )
 
@@ -110,10 +114,14 @@ def crossover_coincidence(model: str, gpu: str, weight_dtype: str, compute_dtype
         ("bytes per weight / 2 FLOPs", sig(bytes_per_element(weight_dtype) / 2)),
         ("stored / matmul params", sig(m.params_total / m.matmul_params_active, 4)),
     ]
+    caption = (f"For each chip, the left bar is its ridge and the right bar the tokens per pass at which reading "
+               f"{m.key}'s weights takes as long as its matmuls. The two differ by the same factor on every chip, "
+               f"{sig(cross / ridge)} here: bytes per weight over 2 FLOPs, times stored over matmul parameters.")
     return View(
         f"{m.key} on {g.key}: {weight_dtype} weights, {compute_dtype} matmuls",
         rows,
         fig,
+        caption=caption,
         values={"ridge": ridge, "crossover": cross},
     )
 
@@ -147,10 +155,16 @@ def pass_bottleneck(model: str, gpu: str, tp: int, dtype: str, tokens: int) -> V
         ("time per token in the pass", fmt_time(step / tokens)),
         ("crossover", f"{sig(cross)} tokens"),
     ]
+    flat = "grows only as a pass touches more experts" if m.is_moe else "is flat"
+    caption = (f"The weight read {flat} while the matmul time rises with the tokens; they cross at the dashed line, "
+               f"{sig(cross)} tokens. This pass of {fmt_int(tokens)} (red) is bound by the "
+               f"{'weight read' if read_s > matmul_s else 'matmul'}, "
+               f"{sig(max(read_s, matmul_s) / min(read_s, matmul_s))}x the other.")
     return View(
         f"{m.key} on {tp}x {g.key} ({dtype}), {tokens} tokens per pass",
         rows,
         fig,
+        caption=caption,
         values={"read_s": read_s, "matmul_s": matmul_s, "crossover": cross},
     )
 
@@ -197,10 +211,14 @@ def prefill_floor(
         ("TP all-reduces (grow with the tokens)", fmt_time(comm)),
         ("prefill time = TTFT, queueing excluded", fmt_time(pf.ttft_s(full))),
     ]
+    caption = (f"A prefill takes the longer of its compute (solid: at {fmt_pct(mfu)} of peak; dashed: at peak) and the "
+               f"weight-read floor (grey). The red dot, this {fmt_int(prompt_len)}-token prompt, is {est.bound}-bound at "
+               f"{fmt_time(est.time_s)}, before the TP all-reduces.")
     return View(
         f"{m.key}, {prompt_len}-token prompt on {n_gpus}x {g.key} ({dtype}, KV {kv_dtype})",
         rows,
         fig,
+        caption=caption,
         values={"prefill_s": full.time_s, "floor_s": est.time_s, "comm_s": comm},
     )
 
@@ -254,10 +272,17 @@ def decode_batch_ceiling(
             "none" if not math.isfinite(step_ridge) else sig(step_ridge),
         ),
     ]
+    step_end = (f"reaches the ridge at batch {sig(step_ridge)}" if math.isfinite(step_ridge) else
+                f"levels off at {sig(limit)} FLOP/byte, below the ridge at any batch")
+    kv = (f"The KV cache stops the batch at {sig(b_max)} (red), {'above' if b_max >= ridge_batch else 'below'} the "
+          "GEMMs' ridge batch." if b_max >= 1 else "Not one sequence of this context fits in the KV cache.")
+    caption = (f"Weight-GEMM intensity grows with the batch and meets the dashed ridge at batch {sig(ridge_batch)}; "
+               f"the whole step, whose KV reads grow with the batch too, {step_end}. {kv}")
     return View(
         f"{m.key} on {tp}x {g.key}, context {context}",
         rows,
         fig,
+        caption=caption,
         values={"b_max": b_max, "ridge_batch": ridge_batch, "limit": limit},
     )
 
@@ -295,10 +320,15 @@ def attention_intensity(
         ("intensity / ridge", sig(exact / ridge)),
         ("bound", "compute" if exact >= ridge else "memory"),
     ]
+    side = (f"memory-bound, {sig(ridge / exact)}x left of the dashed ridge" if exact < ridge else
+            "compute-bound, right of the dashed ridge")
+    caption = (f"Decode attention sits at {sig(exact)} FLOP/byte at any batch, since each sequence reads its own KV "
+               f"cache: {side}. A weight GEMM at batch 64 is drawn beside it for comparison.")
     return View(
         f"{m.key} decode attention on {g.key} (tp={tp}, KV {kv_dtype})",
         rows,
         fig,
+        caption=caption,
         values={"limit": limit, "exact": exact, "ridge": ridge},
     )
 

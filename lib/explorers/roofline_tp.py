@@ -16,7 +16,7 @@ from lib.perf import tp_scaling as tps
 from lib.perf.deployment import Deployment
 from lib.perf.step import LEVELS, decode_step, step_assumptions
 from lib.registry import hardware, models
-from lib.units import MS, fmt_pct, fmt_time, sig
+from lib.units import MS, fmt_int, fmt_pct, fmt_time, sig
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())
@@ -78,11 +78,16 @@ def tp_decode_step(
         (f"speedup TP{tp} / TP1", f"{sig(one.total_s / step.total_s)}x (ideal {tp}x)"),
     ]
     note = f"TP1 cannot be deployed ({one_reason}): its bar is hypothetical." if one_reason else ""
+    bars = f"at TP1 and TP{tp}" if tp > 1 else "at TP1"
+    caption = (f"Left: the decode step {bars}, bucket by bucket; the weight read divides by the TP degree, but "
+               f"{fmt_time(step.fixed_s)} of the TP{tp} step does not shrink with it. Right: the modelled speedup "
+               f"against the ideal n x" + (f"; at TP{tp} it is {sig(one.total_s / step.total_s)}x." if tp > 1 else "."))
     return View(
         f"{dep.label}, batch {batch}, context {context}",
         rows,
         fig,
         note,
+        caption=caption,
         values={
             "total": step.total_s,
             "floor": step.floor_s,
@@ -128,10 +133,14 @@ def ffn_cost(
         ("layer time, comm not overlapped", fmt_time(cost.serial_s)),
         ("compute = HBM at T", "never" if math.isinf(t_ch) else f"{sig(t_ch)} tokens"),
     ]
+    caption = (f"Each cell is a token count T and TP degree n, coloured by the cost that binds one FFN layer there; a "
+               f"black tick marks where compute overtakes HBM on its row. The star, T = {fmt_int(tokens)} at n = {tp}, "
+               f"is bound by {cost.bound}.")
     return View(
         f"FFN of {model} on {tp}x {gpu}, T = {tokens}",
         rows,
         fig,
+        caption=caption,
         values={
             "compute": cost.compute_s,
             "hbm": cost.hbm_s,
@@ -193,11 +202,20 @@ def mbu_diagnosis(
         if d.residual_s < 0
         else ""
     )
+    priced = {k: v for k, v in d.buckets.items() if v > 0}
+    top = (f"; the largest priced cause is {mbu_lib.BUCKET_INFO[max(priced, key=priced.get)][0]}"
+           if priced else "")
+    rest = (f"the unexplained residual is {fmt_time(d.residual_s)}" if d.residual_s >= 0 else
+            f"the priced causes overshoot it by {fmt_time(-d.residual_s)} (hatched)")
+    caption = (f"The bar splits the measured step ({fmt_time(d.measured_s)}, dashed) into the floor "
+               f"({fmt_time(d.floor_s)}, bytes at peak bandwidth), the priced causes and what is left: "
+               f"{rest}{top}.")
     return View(
         f"{dep.label}: MBU {fmt_pct(measured_mbu)} split",
         rows,
         fig,
         note,
+        caption=caption,
         values={
             "floor": d.floor_s,
             "measured": d.measured_s,
@@ -246,10 +264,15 @@ def mbu_pitfalls(
     fig = _PITFALLS_FIGURE(pits, layout=(len(pits),))
     rows = [("true MBU", fmt_pct(s.mbu)), ("floor", fmt_time(s.floor_s))]
     rows += [(p.label, f"{fmt_pct(p.reported)} ({p.error_points:+.1f} pts)") for p in pits]
+    worst = max(pits, key=lambda p: abs(p.error_points))
+    caption = (f"Each bar is how far one wrong definition of MBU lands from the true {fmt_pct(s.mbu)}, in percentage "
+               f"points: right of the zero line it overstates, left of it it understates. The worst here is "
+               f"'{worst.label}', {worst.error_points:+.1f} points.")
     return View(
         f"MBU of {s.deployment.label}, batch {batch}, context {context}",
         rows,
         fig,
+        caption=caption,
         values={"true": s.mbu, **{p.key: p.reported for p in pits}},
     )
 
@@ -286,7 +309,7 @@ def _pitfalls_build(fig, n: int) -> SimpleNamespace:
     ax = fig.add_subplot()
     bars = ax.barh(range(n), np.zeros(n))
     ax.invert_yaxis()
-    zero = ax.axvline(0, color="black", lw=1)
+    zero = ax.axvline(0, color="black", lw=1, label="true MBU (no error)")
     ax.set_xlabel("reported - true MBU (percentage points)")
     kinds = [Patch(color="#d62728", label="overstates"), Patch(color="#1f77b4", label="understates")]
     return SimpleNamespace(ax=ax, bars=bars, zero=zero, kinds=kinds)
@@ -299,7 +322,7 @@ def _pitfalls_draw(a: SimpleNamespace, pits: list) -> None:
     a.ax.set_yticks(range(len(pits)), [p.label for p in pits], fontsize=8)
     a.ax.relim(visible_only=True)
     a.ax.autoscale_view()
-    figures.legend(a.ax, a.kinds, fontsize=7, loc="best")
+    figures.legend(a.ax, [*a.kinds, a.zero], fontsize=7, loc="best")
 
 
 _PITFALLS_FIGURE = figures.LiveFigure(6.4, 3.2, _pitfalls_build, _pitfalls_draw)

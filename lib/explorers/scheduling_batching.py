@@ -17,7 +17,7 @@ from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.registry import hardware, models
 from lib.scheduling import LinearCost, LogNormal, Policy, Workload, simulate
 from lib.scheduling import batching as bt
-from lib.units import fmt_bytes, fmt_pct, fmt_time, sig
+from lib.units import fmt_bytes, fmt_int, fmt_pct, fmt_time, sig
 
 # ---- W02: static vs continuous batching, slot by slot --------------------------------------------
 
@@ -126,8 +126,12 @@ def static_vs_continuous(batch: int, output_median: int, output_sigma: float, ma
             "step it frees, so every slot stays live while requests wait and the same requests finish "
             "sooner; its tail is the last requests draining, which a server with a steady stream never "
             f"reaches. {batches} batches are a small sample of a heavy tail: the closed form is the long-run value.")
+    caption = (f"Red: the live sequences of each static batch, which holds its slots until its longest member ends (grey "
+               f"dashed: slots held by finished members); blue: continuous batching, refilling a slot the step it frees. "
+               f"Static keeps {fmt_pct(useful)} of its held slots live and takes {fmt_int(static.end_s)} steps for the "
+               f"{n} requests, continuous {fmt_int(cont.end_s)}.")
     return View(f"batch {batch}, outputs log-normal (median {output_median}, sigma {output_sigma:g}, cap {max_tokens})",
-                rows, fig, note,
+                rows, fig, note, caption=caption,
                 values={"efficiency": eff, "simulated_efficiency": useful, "continuous_live": c_busy,
                         "gain": 1 / eff, "simulated_gain": c_busy / useful})
 
@@ -248,7 +252,13 @@ def token_budget(model: str, gpu: str, tp: int, batch: int, context: int, tpot_t
             "throughput climbs with the budget; right of it every token costs compute and the step, which "
             "every running decode waits for, grows with the budget. The dashed line is the roofline on paper "
             "(peak FLOP/s, datasheet bandwidth, no overheads).")
+    side = "left" if pts["default"] < pts["knee"] else "right"
+    caption = (f"Tokens/s through one step against the tokens it carries: the modelled step (blue) climbs while the "
+               f"weight read dominates and flattens past its knee at {fmt_int(pts['knee'])} tokens. The engine default "
+               f"budget ({fmt_int(pts['default'])}) is {side} of the knee; the other vertical lines are the datasheet "
+               "ridge and the largest step within the TPOT target.")
     return View(f"{model} on {tp}x {gpu}: {running} decodes at {context:,} cached tokens", rows, fig, note,
+                caption=caption,
                 values={k: float(v) for k, v in pts.items() if k != "cost"})
 
 
@@ -340,8 +350,13 @@ def goodput_vs_batch(model: str, gpu: str, tp: int, context: int, batch: int, tp
             "goodput follows throughput up to the batch whose step meets the target, then drops to zero at "
             "once. Decode steps only; prompts mixed into the steps move the cliff left (the simulation in the "
             "notebook).")
+    cliff = (f"drops to zero past a batch of {sig(best)}, where the shared step passes the TPOT target of "
+             f"{fmt_time(tpot_slo)}" if best >= 1 else
+             f"is zero at every batch: even batch 1 misses the TPOT target of {fmt_time(tpot_slo)}")
+    caption = (f"Throughput (blue) keeps rising with the batch, but goodput (green, dashed) {cliff}. At B = "
+               f"{fmt_int(batch)} goodput is {sig(goodput(batch))} tokens/s, at 2B {sig(goodput(2 * batch))}.")
     return View(f"{model} on {tp}x {gpu}, {context:,} cached tokens, TPOT target {fmt_time(tpot_slo)}", rows, fig,
-                note, values={"best": float(best), "kv": float(kv), "goodput_b": goodput(batch),
+                note, caption=caption, values={"best": float(best), "kv": float(kv), "goodput_b": goodput(batch),
                               "goodput_2b": goodput(2 * batch), "gain_2b": step(batch) * 2 / step(2 * batch)})
 
 
@@ -426,8 +441,17 @@ def long_output_kv(model: str, gpu: str, tp: int, prompt: int, output_median: in
             "(black) runs dry and the scheduler must preempt. Blue: in a steady stream the sequences are at "
             "all stages, so they hold the length-biased average; the batch the pool sustains is the pool "
             "over that average, far below what the prompts alone would admit.")
+    if dry <= 0:
+        fate = ", but their prompts alone overflow the pool (black)"
+    elif dry < max_tokens:
+        fate = f" and runs the pool (black) dry after {fmt_int(dry)} tokens each"
+    else:
+        fate = " and stays within the pool (black) up to max_tokens"
+    caption = (f"Red: the KV of {clients} sequences admitted together grows one token per step each{fate}. Blue: "
+               f"a steady stream holds the length-biased average instead, so the pool sustains {sig(steady_batch)} "
+               "sequences.")
     return View(f"{model} on {tp}x {gpu}: {clients} sequences, prompt {prompt:,}, replies median {output_median:,}",
-                rows, fig, note, values={"steady_batch": steady_batch, "worst": float(worst), "dry": dry,
+                rows, fig, note, caption=caption, values={"steady_batch": steady_batch, "worst": float(worst), "dry": dry,
                                          "step": step})
 
 
@@ -508,6 +532,9 @@ def offline_batch(model: str, gpu: str, tp: int, n_requests: int, prompt_median:
             "the red line sits above the blue one by the padding share, and the padded batch hits the KV pool "
             "(dashed lines) at a smaller size. Packing (variable-length attention, or a continuous-batching "
             "engine) removes both.")
+    caption = (f"One prefill pass against the batch size, prompts packed (blue) or padded to the longest (red); padding "
+               f"adds {fmt_pct(waste)} of tokens that do not exist. The dashed lines are the batches the KV pool holds: "
+               f"{fmt_int(kv_packed)} packed, {fmt_int(kv_padded)} padded.")
     return View(f"{model} on {tp}x {gpu}: {n_requests:,} prompts, median {prompt_median:,}, sigma {prompt_sigma:g}",
-                rows, fig, note, values={"waste": float(waste), "kv_packed": float(kv_packed),
+                rows, fig, note, caption=caption, values={"waste": float(waste), "kv_packed": float(kv_packed),
                                          "kv_padded": float(kv_padded), "packed_s": packed[-1], "padded_s": padded[-1]})

@@ -208,8 +208,16 @@ def system_design(replica: str, tpot_target_s: float, rate: float, prompt_median
             "above the curve by what the prompts add to each step, and left of the limit unless the rate "
             "saturates the replica. The simulation is short (sized to answer at once): use the notebook's longer "
             "runs for a number to quote.")
+    allows = (f"crosses the TPOT target of {fmt_time(tpot_target_s)} at {sig(lim.by_tpot)} sequences"
+              if math.isfinite(lim.by_tpot) else f"stays under the TPOT target of {fmt_time(tpot_target_s)}")
+    marks = [name for name, pt in (("the square is the steady state at this rate (Little's law)", model_pt),
+                                   ("the circle is the short simulation's p95 TPOT", sim_pt)) if pt is not None]
+    caption = (f"The decode step (blue) {allows} and the KV pool ends at {sig(lim.by_kv)}, so the batch limit is "
+               f"{lim.limit:,}, set by {lim.binding}. "
+               + (f"{'; '.join(marks)[0].upper()}{'; '.join(marks)[1:]}." if marks else
+                  "At this rate the replica reaches no steady state, so no point is drawn."))
     return View(f"{replica}: {sig(rate)} requests/s, prompts ~{prompt_median:,}, replies ~{output_median:,} tokens",
-                rows, fig, note,
+                rows, fig, note, caption=caption,
                 values={"context": context, "by_tpot": lim.by_tpot, "by_kv": lim.by_kv, "limit": lim.limit,
                         "tokens_per_s": run.tokens_per_s if run else math.nan,
                         "p95_tpot_s": run.metrics.tpot.p95 if run else math.nan,

@@ -180,7 +180,11 @@ def mini_engine(num_blocks: int, token_budget: int, n_requests: int) -> View:
     note = ("Top: KV blocks in use each step (blue) against the pool (black); the dashed grey line is the same "
             "workload on a pool it never fills, and each red x a preemption. Bottom: each step's batch, decodes "
             "first, then new prefill, then recomputed prefill (red, the price of the dry pool), under the budget.")
+    caption = (f"Top: KV blocks in use each step against the pool of {num_blocks:,} blocks (black), the same workload on an "
+               f"ample pool dashed; bottom: each step's tokens under the budget of {token_budget:,}. This pool preempts "
+               f"{dry.preemptions:,} times and recomputes {redo:,} prefill tokens, taking {len(dry.steps):,} steps "
+               f"against {ample.steps:,}.")
     return View(f"Mini engine: {n_requests} requests, {num_blocks:,}-block pool, {token_budget:,}-token budget",
-                rows, fig, note=note, values={"steps": len(dry.steps), "ample_steps": ample.steps,
+                rows, fig, note=note, caption=caption, values={"steps": len(dry.steps), "ample_steps": ample.steps,
                                               "preemptions": dry.preemptions, "recomputed": redo,
                                               "time_s": t_dry, "ample_time_s": t_ample})

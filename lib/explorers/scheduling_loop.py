@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from lib.book import figures
 from lib.book.widgets import Choice, IntRange, View, explorer
-from lib.units import fmt_time, sig
+from lib.units import fmt_int, fmt_time, sig
 
 MODELS = ("llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "qwen2.5-72b")
 GPUS = ("h100-sxm", "h200", "mi300x", "l4", "a100-sxm")
@@ -89,5 +89,8 @@ def budget_tpot(model: str, gpu: str, tp: int, decodes: int, context: int, budge
     note = ("The blue curve is what every running decode waits for its next token while a prompt is being "
             "prefilled in its step; the dashed line is the step without prefill. Where the curve leaves the line is "
             "where the budget starts costing TPOT.")
+    caption = (f"The step every running decode waits for, with the token budget filled by prefill (blue), against the "
+               f"decodes alone (dashed). At a budget of {fmt_int(max(budget, decodes))} (red dot) the step takes "
+               f"{fmt_time(at)}, {sig(at / r['alone_s'])}x the decodes alone.")
     return View(f"Token budget vs TPOT on {r['dep'].label}: {decodes} decodes at {context:,} tokens",
-                rows, fig, note=note, values={"alone_s": r["alone_s"], "step_s": at})
+                rows, fig, note=note, caption=caption, values={"alone_s": r["alone_s"], "step_s": at})

@@ -15,7 +15,7 @@ from lib.scheduling.kv_share import DirectStepCost, batch_kv_budget, mean_step_p
 from lib.scheduling.preemption import preemption_price, swap_recompute_crossover
 from lib.scheduling.reclaim_practice import RECLAIM_VARIANTS, parse_program, reclaim_variant, replay
 from lib.scheduling.reservation import reservation_tradeoff
-from lib.units import MS, fmt_bytes, fmt_pct, fmt_time, sig
+from lib.units import MS, fmt_bytes, fmt_int, fmt_pct, fmt_time, sig
 
 MODELS = tuple(models.model_names())
 GPUS = tuple(hardware.gpu_names())
@@ -92,7 +92,11 @@ def preemption_cost(model: str, gpu: str, tp: int, kv_dtype: str, victim_tokens:
     note = (f"Recompute (riding) costs {sig(ratio)}x the swap round trip here. The swap line is straight (bytes "
             "over the host link); the recompute lines bend up with attention, and riding with the decodes is "
             "nearly free while the pass stays memory-bound.")
-    return View(f"{dep.label}: preempting a {victim_tokens:,}-token request", rows, fig, note,
+    wins = f"swap wins from {fmt_int(cross)} tokens" if cross <= top else f"swap never wins below {fmt_int(top)} tokens"
+    caption = (f"GPU time to bring back a preempted request against its cached tokens: recompute its prefill alone (red) "
+               f"or riding with the step's {decodes} decodes (dashed), or swap its KV out and back over the host link "
+               f"(blue). For this victim of {fmt_int(victim_tokens)} tokens (grey) {cheaper} is cheaper; {wins}.")
+    return View(f"{dep.label}: preempting a {victim_tokens:,}-token request", rows, fig, note, caption=caption,
                 values={"recompute": price.recompute_s, "recompute_riding": price.recompute_riding_s,
                         "round_trip": round_trip, "kv_bytes": price.kv_bytes, "crossover": cross})
 
@@ -176,7 +180,14 @@ def batch_kv_share(model: str, gpu: str, tp: int, tpot_ms: float, interactive_ra
     note = ("The batch cap is where the red line (the mean step, i.e. the interactive TPOT) meets the target: "
             "each batch sequence adds its KV read and its amortized prefill to every step."
             if b.batch_decodes else "The interactive load alone already misses this target: no batch work fits.")
+    cap = (f"It meets the TPOT target of {fmt_time(tpot_ms * MS)} at {fmt_pct(b.share)} of the pool (grey), "
+           f"{b.batch_decodes} batch sequences." if b.batch_decodes else
+           f"The interactive load alone misses the TPOT target of {fmt_time(tpot_ms * MS)}: the batch class gets "
+           "no share.")
+    caption = (f"The mean decode step, which is the interactive TPOT, as the batch class holds more of the KV pool: each "
+               f"batch sequence adds its KV read and its amortized prefill (red). {cap}")
     return View(f"{cost.dep.label}: KV the batch class may hold at TPOT {sig(tpot_ms)} ms", rows, fig, note,
+                caption=caption,
                 values={"share": b.share, "cap_tokens": b.cap_tokens, "batch_decodes": b.batch_decodes,
                         "step_without_batch": b.step_without_batch_s})
 
@@ -249,7 +260,12 @@ def token_reservation(model: str, gpu: str, tp: int, prompt_median: int, output_
     ]
     note = ("Raise max_tokens and fewer requests are cut off, but more of every reservation sits empty and fewer "
             "requests run at once; the blue dashed line is the concurrency reservation keeps against greedy admission.")
-    return View(f"{dep.label}: reserving prompt + {max_tokens:,} tokens", rows, fig, note,
+    caption = (f"Raising max_tokens (right) cuts off fewer requests (red), but more of each reservation is never written "
+               f"(orange) and reservation runs fewer requests than greedy admission (blue, dashed). At max_tokens = "
+               f"{fmt_int(max_tokens)} (grey), {fmt_pct(here['cut'][0])} are cut off, {fmt_pct(here['idle'][0])} of the "
+               f"reserved KV stays empty and reservation runs "
+               f"{fmt_pct(here['reserve_conc'][0] / here['greedy_conc'][0])} of greedy's concurrency.")
+    return View(f"{dep.label}: reserving prompt + {max_tokens:,} tokens", rows, fig, note, caption=caption,
                 values={"reserve_conc": float(here["reserve_conc"][0]), "greedy_conc": float(here["greedy_conc"][0]),
                         "idle": float(here["idle"][0]), "cut": float(here["cut"][0]), "pool": pool})
 

@@ -25,7 +25,7 @@ from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.perf.deployment import Deployment
 from lib.scheduling import Policy, step_cost
 from lib.scheduling import long_prefill as lp
-from lib.units import fmt_time, sig
+from lib.units import fmt_int, fmt_time, sig
 
 #: The replicas these explorers offer: label -> (model, GPU, tensor-parallel degree), BF16.
 REPLICAS = {
@@ -140,8 +140,11 @@ def head_of_line(replica: str, long_prompt: int, long_output: int, short_prompt:
         ("long request's TTFT", fmt_time(hol.long_ttft_s)),
         ("engine steps until every short has its first token", str(int(np.sum(tl.start_s < first_short.max())))),
     ]
+    caption = (f"Tokens in each engine step, stacked: decodes, short prompts' prefill, the long request's prefill. The "
+               f"last short request gets its first token at {fmt_time(last)} (red) against {fmt_time(float(alone.max()))} "
+               f"without the long request (grey): {fmt_time(float(extra.mean()))} more TTFT per short request on average.")
     return View(f"{n_short} short requests behind a {long_prompt:,}-token prompt / {long_output:,}-token output "
-                f"({policy}, {replica})", rows, fig,
+                f"({policy}, {replica})", rows, fig, caption=caption,
                 note="Stacked per engine step: decode tokens, short prompts' prefill, the long request's prefill. "
                      "The red line is when the last short request got its first token; grey, when it would "
                      "have without the long request.",
@@ -247,8 +250,13 @@ def prefill_damage(replica: str, long_prompt: int, token_budget: int, cap: int, 
         ("gap after it, until back within 10%", "back at once" if not d.recovery_s
          else f"{fmt_time(d.after_gap_s)} for {fmt_time(d.recovery_s)}"),
     ]
+    caption = (f"Top: each step's duration, the gap every running decode waits for its next token, peaks at "
+               f"{fmt_time(d.peak_gap_s)} ({sig(d.peak_gap_s / d.baseline_gap_s)}x the gap before) during the long "
+               f"prompt's prefill (shaded). Bottom: what each step carries and the prompt tokens queued behind it (red); "
+               f"{d.locked_out} of the {d.arrivals} arrivals during it start only after it.")
     return View(f"One {long_prompt:,}-token prompt into {sig(rate)} requests/s of {bg_prompt:,} + {bg_output:,} "
                 f"tokens ({replica}, budget {token_budget:,}{f', cap {cap:,}' if cap else ''})", rows, fig,
+                caption=caption,
                 note="Top: every step's duration is the gap each running decode waits for its next token; the "
                      "shaded span is the long prompt's prefill. Bottom: what each step carried, and the prompt "
                      "tokens queued behind the prefill (the red line), which drain only after it.",
@@ -336,7 +344,12 @@ def chunk_budget(replica: str, prompt_len: int, decode_seqs: int, context: int, 
         ("at the configured budget: longest gap", f"{fmt_time(here.max_gap_s)} ({sig(here.slowdown)}x a decode step)"),
         ("candidates scanned", f"{len(w.budgets)} (chunks in steps of {w.granularity} tokens)"),
     ]
-    return View(f"A {prompt_len:,}-token prompt among {decode_seqs} decodes ({replica})", rows, fig,
+    span = (f"the budgets that meet both targets (green) run from {fmt_int(lo)} to {fmt_int(hi)} tokens" if w.feasible
+            else "no budget meets both targets")
+    caption = (f"As the token budget grows the prompt's prefill time (blue) falls and the longest decode gap (red) grows; "
+               f"{span}. The configured {fmt_int(token_budget)} (black) gives a TTFT of {fmt_time(here.ttft_s)} and a "
+               f"longest gap of {fmt_time(here.max_gap_s)}.")
+    return View(f"A {prompt_len:,}-token prompt among {decode_seqs} decodes ({replica})", rows, fig, caption=caption,
                 note="The prompt's prefill time falls and the longest decode gap grows as the budget grows; "
                      "the green span holds the budgets that meet both targets (empty when the curves cross "
                      "the wrong way round).",
@@ -425,8 +438,13 @@ def ttft_tpot_coupling(replica: str, decode_seqs: int, context: int, ttft_target
         ("verdict", "sustainable: a queue forms only in bursts" if offered < mu else
          "overloaded: the backlog grows without bound; admission must reject"),
     ]
+    fits = ("the offered load fits under it" if offered < mu else
+            "the offered load exceeds it and the backlog grows without bound")
+    caption = (f"The prefill throughput each TPOT target leaves (blue) against the prompt tokens offered (red, dashed). "
+               f"At a target of {fmt_time(tpot_target_s)} (dot) it is {sig(mu)} tokens/s against {sig(offered)} offered: "
+               f"{fits}.")
     return View(f"{replica}: {decode_seqs} decodes, TTFT {fmt_time(ttft_target_s)}, TPOT {fmt_time(tpot_target_s)}",
-                rows, fig,
+                rows, fig, caption=caption,
                 note="The curve is the prefill throughput each TPOT target leaves (the largest chunk that keeps a "
                      "step within it, over that step); where it sits below the offered prompt tokens, no admission "
                      "rule can keep the TTFT target for everyone.",

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.scheduling.overload import POLICIES, compare_policies
-from lib.units import fmt_bytes, fmt_pct, fmt_time, sig
+from lib.units import fmt_bytes, fmt_int, fmt_pct, fmt_time, sig
 
 #: Replicas the explorers offer, by their Deployment label: building a step cost calls the decode
 #: step model about 70 times (0.05-0.15 s), so the explorers build these once, on their first call,
@@ -140,8 +140,16 @@ def littles_law(deployment: str, rate: float, prompt_tokens: int, output_tokens:
         rows += [("fixed point", f"none: {state.why}"), ("KV pool holds", f"{cap:,.0f} sequences of {ctx:,} tokens")]
         note = ("The curve stays above the diagonal: no steady state. The naive square still exists, which is "
                 "the trap; the queue grows until the pool or max_num_seqs stops the batch.")
+    if state.stable:
+        where = (f"Here it does at {sig(state.resident)} sequences, {sig(state.resident / naive)}x the naive λ W of "
+                 f"{sig(naive)} (square)" + (f", past the {sig(cap)} the KV pool holds (dotted): the pool binds first."
+                                             if state.resident > cap else "."))
+    else:
+        where = f"Here it never does: no steady state, though the naive square ({sig(naive)}) still looks like one."
+    caption = ("The curve is λ W(N), the residents implied by the time a request spends when N run together; the "
+               f"answer is where it crosses the diagonal. {where}")
     return View(f"Little's law on {dep.label}: {sig(rate)} requests/s, {prompt_tokens:,} + {output_tokens:,} tokens",
-                rows, fig, note=note,
+                rows, fig, note=note, caption=caption,
                 values={"naive": naive, "resident": state.resident, "cap": cap, "kv_bytes": state.resident * per_seq})
 
 
@@ -172,12 +180,15 @@ def _util_draw(a: SimpleNamespace, xs, mm1, mg1, px, py, target, rhos) -> None:
     a.mg1.set_data(xs, mg1)
     a.path.set_data(px, py)
     a.target.set_ydata([target, target])
-    for line, rho in zip((a.rho_mm1, a.rho_mg1, a.rho_path), rhos, strict=True):
+    for line, rho, name in zip((a.rho_mm1, a.rho_mg1, a.rho_path), rhos, ("M/M/1", "two-moment", "exact queue"),
+                               strict=True):
         line.set_xdata([rho, rho])
         line.set_visible(rho > 0)
+        line.set_label(f"ρ allowed, {name}: {fmt_pct(rho)}")
     ys = [y for y in list(mm1) + list(mg1) + list(py) if y > 0 and math.isfinite(y)]
     a.ax.set_ylim(min(ys + [target]) * 0.7, max(target * 6, min(max(ys), target * 30)))
-    figures.legend(a.ax, [a.mm1, a.mg1, a.path, a.target], loc="upper left", fontsize=7)
+    figures.legend(a.ax, [a.mm1, a.mg1, a.path, a.target, a.rho_mm1, a.rho_mg1, a.rho_path], loc="upper left",
+                   fontsize=7, ncol=2)
 
 
 _UTIL_FIGURE = figures.LiveFigure(6.0, 3.4, _util_build, _util_draw)
@@ -230,8 +241,11 @@ def utilization_rule(deployment: str, prompt_tokens: int, prompt_sigma: float, t
             ("ρ allowed, two-moment formula", allowed(rho_mg1)),
             ("ρ allowed, exact queue (Lindley)", allowed(rho_path)),
             ("p99 prefill of one prompt alone", fmt_time(float(np.quantile(svc, 0.99))))]
+    caption = (f"The p99 time to first token against the prefill server's utilization: M/M/1, the two-moment formula "
+               f"and the exact queue (points). Each meets the {fmt_time(ttft_p99_s)} target (grey) at the utilization it "
+               f"allows (dotted): {allowed(rho_mm1)}, {allowed(rho_mg1)} and {allowed(rho_path)}.")
     return View(f"p99 TTFT {sig(ttft_p99_s)} s on {dep.label}, prompts {prompt_tokens:,} tokens (mean), σ {prompt_sigma:g}",
-                rows, fig,
+                rows, fig, caption=caption,
                 note=("Each curve is the p99 time to first token against utilization; where it crosses the grey target "
                       "(the dotted line of its colour) is the utilization allowed. Widen the prompt spread and the dashed curve and the red points "
                       "lift off the M/M/1 line: variance, not the mean, eats the headroom; the red points (one sampled path, "
@@ -313,8 +327,16 @@ def overload_spike(capacity: float, base_load: float, spike_load: float, spike_s
                "Blue: this policy's wait; dashed: the attempts per second reaching it, where eager retries pile up.")
             + ("" if math.isnan(dead_until) or policy == "accept all" else
                f" This policy still serves dead requests until {fmt_time(max(dead_until - end, 0))} after the spike."))
+    caption = (f"The wait a new arrival would see over time. Accepting everything (grey) it peaks at "
+               f"{fmt_time(closed.wait_peak_s)} against the {fmt_time(timeout_s)} client timeout (red)"
+               + (f", so {sig(closed.dead_requests)} requests are served after their client has gone." if
+                  closed.dead_requests > 0 else ", so every request is served in time.")
+               + ("" if policy == "accept all" else
+                  f" With '{policy}' (blue; its attempts per second dashed), "
+                  f"{sig(run.total('dead')) if run.total('dead') >= 0.5 else 'none'} are, and "
+                  f"{sig(run.total('rejected'))} get a 429."))
     return View(f"one spike of {sig(spike_load)}x capacity for {sig(spike_s)} s on {sig(base_load)}x, "
-                f"capacity {sig(capacity)} requests/s", rows, fig, note=note,
+                f"capacity {sig(capacity)} requests/s", rows, fig, note=note, caption=caption,
                 values={"dead_all": allin.total("dead"), "dead": run.total("dead"), "rejected": run.total("rejected")})
 
 
@@ -374,7 +396,13 @@ def work_queue(workers: int, service_ms: float, timeout_s: float, bound: int) ->
     rows = [("drain rate of the workers", f"{sig(workers / s)} items/s"),
             ("largest bound within the timeout", f"{best:,} items" if best else "none: one item already waits too long"),
             ("this bound's full-queue wait", f"{fmt_time(wait)}: {verdict}")]
+    largest = (f"the green line is the largest bound within the {fmt_time(timeout_s)} timeout, {fmt_int(best)} items"
+               if best else f"no bound keeps it within the {fmt_time(timeout_s)} timeout")
+    caption = (f"An item behind a full queue waits bound x service / workers (blue); {largest}. This bound of "
+               f"{fmt_int(bound)} (dot) makes it wait {fmt_time(wait)}, "
+               + ("within the timeout." if wait <= timeout_s else f"{sig(wait / timeout_s)}x the timeout."))
     return View(f"{workers} workers at {sig(service_ms)} ms an item, {sig(timeout_s)} s timeout", rows, fig,
+                caption=caption,
                 note=("The line is Little's law for the queue: an item behind a full queue waits bound x service / "
                       "workers. Left of the green line the bound pushes back in time; right of it the queue "
                       "accepts work its clients will have abandoned."),

@@ -121,7 +121,11 @@ def routing(batch: int, sort: str, drop_prob: float, seed: int, completion: str,
             "completes. A red line is a row that reached another request (right shape, valid id, wrong "
             "continuation), the dashed grey line where it belonged; the fix draws only green lines. Set the prompt lengths to equal, or the order to fcfs, and the sort bug (presort) "
             "disappears; set the drop chance to 0 and the shift bugs (filter_zip, running_index under fcfs) do.")
+    caption = (f"Each line joins a slot at launch (left) to the request its row is applied to at completion (right): "
+               f"green reaches the slot's own request, red another one (dashed grey: where it belonged). In step 1, "
+               f"{len(first.misrouted)} of {first.launched} rows reach another request.")
     return View(f"{completion} completion, {sort}, batch {batch}, drop chance {fmt_pct(drop_prob)}", rows, fig, note,
+                caption=caption,
                 values={"misrouted": len(first.misrouted), "corrupted": len(first.corrupted),
                         "mean_share": run.mean_corrupted_share, "diverged": len(run.diverged),
                         "refused": run.first_refusal is not None})

@@ -520,15 +520,14 @@ def build_regime_map(ax, max_tokens: int = 65536, max_tp: int = 64) -> dict:
                               [tokens[-1] * 1.5]])
     regions = [ax.add_collection(PolyCollection([], facecolors=color, edgecolors="face", linewidths=0.5, label=bound),
                                  autolim=False) for color, bound in zip(_REGIME_COLORS, BOUNDS, strict=True)]
-    boundaries = [ax.plot([], [], color="black", lw=1)[0] for _ in tps]
-    point, = ax.plot([], [], "k*", ms=10)
+    boundaries = [ax.plot([], [], color="black", lw=1, label="compute = HBM (closed form)")[0] for _ in tps]
+    point, = ax.plot([], [], "k*", ms=10, label="this T and n")
     figures.log_scale(ax, "x", base=2)
     ax.set_xlim(x_edges[0], x_edges[-1])
     ax.set_ylim(-0.5, len(tps) - 0.5)
     ax.set_yticks(range(len(tps)), [str(n) for n in tps])
     ax.set_xlabel("tokens in the forward pass (T)")
     ax.set_ylabel("TP degree n")
-    ax.legend(handles=regions, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     return {"ax": ax, "tokens": tokens, "tps": tps, "x_edges": x_edges, "regions": regions,
             "boundaries": boundaries, "point": point}
 
@@ -577,6 +576,9 @@ def draw_regime_map(art: dict, regimes: dict, point: tuple[float, int] | None = 
         art["point"].set_data([t], [tps.index(n)])
     else:
         art["point"].set_data([], [])
+    ticks = [tick for t_star, tick in zip(regimes["boundaries"], art["boundaries"], strict=True) if t_star is not None]
+    figures.legend(art["ax"], [*art["regions"], *ticks[:1], *([art["point"]] if n in tps else [])], fontsize=7,
+                   ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2))
 
 
 def _regime_build(fig, max_tokens: int, max_tp: int) -> dict:

@@ -34,9 +34,10 @@ from lib.registry.models import Model, model
 
 def assumptions() -> dict:
     """{name: value} of the prefill assumption and the published anchors beside it
-    (``prefill`` and ``anchors`` in ``data/assumptions.yaml``)."""
+    (``prefill`` and ``anchors`` in ``data/assumptions.yaml``; a group of anchors without a value of
+    its own, such as ``flashattention_h100_tflops``, is read by its own module)."""
     doc = load_yaml("assumptions.yaml")
-    return {k: v["value"] for sec in ("prefill", "anchors") for k, v in doc[sec].items()}
+    return {k: v["value"] for sec in ("prefill", "anchors") for k, v in doc[sec].items() if "value" in v}
 
 
 def default_mfu(mfu: float | None = None) -> float:

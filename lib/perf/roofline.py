@@ -256,7 +256,7 @@ def _roofline_build(fig, npoints: int) -> dict:
     ax = fig.add_subplot()
     figures.log_scale(ax)
     roof, = ax.plot([], [], color="black", lw=2)
-    ridge = ax.axvline(1.0, color="grey", ls="--", lw=1)
+    ridge = ax.axvline(1.0, color="grey", ls="--", lw=1, label="ridge point (peak / bandwidth)")
     ridge_text = ax.text(1.0, 1.0, "", rotation=90, fontsize=8, ha="right", va="center")
     points = [ax.plot([], [], "o", color=f"C{i}")[0] for i in range(npoints)]
     names = [ax.annotate("", (1.0, 1.0), textcoords="offset points", xytext=(4, -10), fontsize=8)
@@ -271,17 +271,20 @@ def _roofline_draw(art: dict, label: str, x, y, ridge: float, points: list[tuple
     art["roof"].set_data(x, y)
     art["roof"].set_label(label)
     art["ridge"].set_xdata([ridge, ridge])
-    art["ridge_text"].set_position((ridge, y.max() * 0.5))
+    art["ridge_text"].set_position((ridge, y.max() * 0.03))  # below the names of dots under the flat roof
     art["ridge_text"].set_text(f"ridge {ridge:.0f}")
     for (name, intensity, perf), dot, text in zip(points, art["points"], art["names"], strict=True):
         dot.set_data([intensity], [perf])
         dot.set_label(name)
         text.xy = (intensity, perf)
         text.set_text(name)
+        right = intensity > ridge  # under the flat roof: the name goes left of its dot, inside the axes
+        text.xyann = (-4, -10) if right else (4, -10)
+        text.set_horizontalalignment("right" if right else "left")
     ax = art["ax"]
     ax.relim(visible_only=True)
     ax.autoscale_view()
-    figures.legend(ax, [art["roof"], *art["points"]], loc="lower right", fontsize=8)
+    figures.legend(ax, [art["roof"], art["ridge"], *art["points"]], loc="lower right", fontsize=8)
 
 
 def plot_roofline(chip: str | GPU, dtype: str = "bf16", points: dict[str, float] | None = None):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from lib.registry.data import load_yaml, unknown_name
-from lib.units import GB, MB, TB, TFLOPS, KiB
+from lib.units import GB, TB, TFLOPS, KiB, MiB
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def _build(key: str, raw: dict, sources: dict) -> GPU:
         scaleout_bandwidth=_value(nic, GB / 8),
         scaleup_domain_gpus=(int(raw["scaleup_domain_gpus"]["value"])
                              if raw.get("scaleup_domain_gpus") else None),
-        l2_bytes=_value(raw["l2_mb"], MB),
+        l2_bytes=_value(raw["l2_mb"], MiB),  # vendors print cache sizes in binary MB: 50 MB = 52,428,800 bytes
         compute_units=int(units["value"]),
         tdp_w=_value(raw["tdp_w"], 1.0),
         sources=MappingProxyType({k: _source(v, sources) for k, v in fields.items()}),

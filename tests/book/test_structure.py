@@ -147,6 +147,27 @@ def test_no_cell_ends_in_a_bare_glue_or_semicolon(path):
         assert not re.match(r"glue\(", last), f"cell ends with a bare glue(...): {last} (end with show(...))"
 
 
+FIGURE_MIMES = ("image/svg+xml", "image/png")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_static_figures_have_a_caption(path):
+    """A static figure (a code cell whose stored outputs hold an SVG or PNG, not an explorer cell tagged
+    nbval-ignore-output) is followed by a markdown cell starting with ``*Figure.*``: the sentence that
+    says what to look at in it (an explorer's figure carries its caption in its View)."""
+    cells = _nb(path)["cells"]
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "code" or "nbval-ignore-output" in _tags(cell):
+            continue
+        if not any(mime in out.get("data", {}) for out in cell.get("outputs", []) for mime in FIGURE_MIMES):
+            continue
+        following = cells[i + 1] if i + 1 < len(cells) else None
+        assert following is not None and following["cell_type"] == "markdown" and \
+            _src(following).lstrip().startswith("*Figure.*"), (
+                f"the figure of the code cell {_src(cell)[:80]!r} needs a caption right after it: a markdown cell "
+                "starting with '*Figure.*' and saying what to look at")
+
+
 def test_toc_and_files_agree():
     listed = set(toc_files())
     on_disk = {p.relative_to(ROOT).with_suffix("").as_posix() for p in NOTEBOOKS}

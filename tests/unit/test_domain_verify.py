@@ -172,7 +172,7 @@ def test_shrink_is_one_minimal():
 def test_explore_refuses_a_start_outside_its_domain_with_a_message():
     from lib.book.widgets import ErrorView, explore
 
-    start = dict(gpu="h100-sxm", dtype="bf16", m=1, n=8, k=8)
+    start = dict(gpu="h100-sxm", dtype="bf16", m=1, m_prefill=4096, n=8, k=8)
     assert not isinstance(explore("roofline.ridge_point", **start), ErrorView)
     for arg, bad in (("dtype", "int3"), ("m", 10**6), ("gpu", "tpu-v5")):
         view = explore("roofline.ridge_point", **{**start, arg: bad})

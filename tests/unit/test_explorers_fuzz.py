@@ -53,6 +53,7 @@ def _check(view):
         view._repr_html_()  # the figure is drawn too: drawing errors must not escape either
         if view.figure is not None:
             ElementTree.fromstring(view.svg())  # well-formed SVG
+            assert view.caption.strip(), "a figure needs its caption: one sentence saying what to look at"
 
 
 def test_there_are_explorers():

@@ -69,10 +69,10 @@ def test_svg_is_deterministic_and_well_formed():
 def test_svg_is_identical_in_another_process():
     """What strict nbval relies on: a fresh kernel draws the same bytes (hash salt fixed)."""
     code = ("from lib.book import widgets; import sys; sys.stdout.write(widgets.render('roofline.ridge_point', "
-            "gpu='h100-sxm', dtype='bf16', m=64, n=28672, k=8192).svg())")
+            "gpu='h100-sxm', dtype='bf16', m=64, m_prefill=4096, n=28672, k=8192).svg())")
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
             for _ in range(2)]
-    here = widgets.render("roofline.ridge_point", gpu="h100-sxm", dtype="bf16", m=64, n=28672, k=8192).svg()
+    here = widgets.render("roofline.ridge_point", gpu="h100-sxm", dtype="bf16", m=64, m_prefill=4096, n=28672, k=8192).svg()
     assert runs[0] == runs[1] == here
 
 

@@ -12,14 +12,14 @@ def test_registry_finds_the_roofline_explorers():
 
 
 def test_render_turns_valueerror_into_a_message():
-    view = widgets.render("roofline.ridge_point", gpu="a100-sxm", dtype="fp8", m=1, n=8192, k=8192)
+    view = widgets.render("roofline.ridge_point", gpu="a100-sxm", dtype="fp8", m=1, m_prefill=4096, n=8192, k=8192)
     assert isinstance(view, widgets.ErrorView)
     assert "no 'fp8'" in view.message
     assert "Traceback" not in view._repr_html_()
 
 
 def test_render_rejects_unknown_inputs():
-    view = widgets.render("roofline.ridge_point", gpu="h100-sxm", dtype="bf16", m=1, n=1, k=1, bogus=3)
+    view = widgets.render("roofline.ridge_point", gpu="h100-sxm", dtype="bf16", m=1, m_prefill=4096, n=1, k=1, bogus=3)
     assert isinstance(view, widgets.ErrorView) and "bogus" in view.message
 
 
