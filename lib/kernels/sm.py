@@ -14,7 +14,9 @@
   - shared memory: a block holds ``ceil((smem + 1 KiB reserved) / 128) * 128`` bytes; blocks =
     floor(smem per SM / that); more than the per-block maximum does not launch.
 
-  Occupancy = resident warps / max warps per SM. Shared memory per SM is the largest carveout
+  Occupancy = resident warps / max warps per SM. :func:`register_cap` inverts it: the most registers
+  per thread that still give ``min_blocks`` blocks (what ``__launch_bounds__`` asks ptxas for).
+  Shared memory per SM is the largest carveout
   (a kernel that asks for it); smaller carveouts round the shared-memory limit down.
 * :func:`wave_efficiency` and :func:`waves`: a grid of B blocks on S resident slots (SMs x blocks per
   SM) runs in ceil(B / S) waves; the last one is partly empty.
@@ -33,7 +35,7 @@ from lib.registry.data import load_yaml
 from lib.registry.hardware import GPU, gpu
 from lib.units import KiB
 
-__all__ = ["SMLimits", "Occupancy", "sm_limits", "occupancy", "waves", "wave_efficiency"]
+__all__ = ["SMLimits", "Occupancy", "sm_limits", "occupancy", "register_cap", "waves", "wave_efficiency"]
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,30 @@ def occupancy(chip: str | GPU | SMLimits, threads_per_block: int, registers_per_
     }
     blocks = min(blocks_by.values())
     return Occupancy(t, r, s, warps, regs_warp, smem_alloc, blocks_by, blocks, blocks * warps, lim.max_warps_per_sm)
+
+
+def register_cap(chip: str | GPU | SMLimits, threads_per_block: int, min_blocks: int = 1,
+                 smem_per_block_bytes: int = 0) -> int:
+    """Registers per thread ptxas may use under ``__launch_bounds__(threads_per_block, min_blocks)``:
+    the largest r <= 255 with :func:`lib.kernels.sm.occupancy` >= ``min_blocks`` blocks per SM.
+
+    H100, 256 threads: 4 blocks -> 64 registers, 2 -> 128, 1 -> 255. ValueError when no register
+    count can give ``min_blocks`` blocks (the warp, block or shared-memory limit already binds)."""
+    lim = chip if isinstance(chip, SMLimits) else sm_limits(chip)
+    b = integer("min_blocks", min_blocks, 1, lim.max_blocks_per_sm, unit="blocks per SM")
+    best = None
+    for r in range(1, lim.max_registers_per_thread + 1):
+        if occupancy(lim, threads_per_block, r, smem_per_block_bytes).blocks_per_sm >= b:
+            best = r
+        else:
+            break  # fewer registers never lower occupancy: the first miss ends the run
+    if best is None:
+        o = occupancy(lim, threads_per_block, 1, smem_per_block_bytes)
+        other = {k: v for k, v in o.blocks_by.items() if k != "registers"}
+        limit = min(other, key=other.get)
+        raise ValueError(f"no register count gives {b} blocks of {threads_per_block} threads on {lim.gpu}: the "
+                         f"{limit} limit allows {other[limit]} (min_blocks must be at most {other[limit]})")
+    return best
 
 
 def waves(thread_blocks: int, slots: int) -> int:

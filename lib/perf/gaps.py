@@ -394,3 +394,168 @@ def l2_resident_fraction(kernel_bytes: float, chip: str | GPU) -> float:
     if not kernel_bytes > 0:
         raise ValueError(f"kernel_bytes must be > 0, got {kernel_bytes}")
     return min(1.0, g.l2_bytes / kernel_bytes)
+
+
+# ---- the step as three Nsight Systems rows (CPU / GPU kernels / communication) -----------
+
+TIMELINE_ROWS = ("cpu", "gpu", "comm")
+TIMELINE_ROW_LABEL = {
+    "cpu": "CPU / CUDA API",
+    "gpu": "GPU kernels",
+    "comm": "NCCL / memcpy + sync",
+}
+TIMELINE_LEDGER = (  # (key, row or None for the floor, label)
+    ("floor", None, "bytes / datasheet bandwidth (the floor)"),
+    ("below_roof", "gpu", "big kernels below the bandwidth roof"),
+    ("big_fixed", "gpu", "start-up and drain of the big kernels"),
+    ("tiny_kernels", "gpu", "tiny kernels (norms, rotary, KV write, activation, sampling)"),
+    ("dependency_gaps", "gpu", "idle gaps between dependent kernels"),
+    ("launch_bound", "cpu", "idle GPU waiting for the CPU's launch calls"),
+    ("scheduler", "cpu", "scheduler work between steps (GPU idle)"),
+    ("collectives", "comm", "all-reduce / all-gather kernels"),
+    ("token_sync", "comm", "sampled tokens to the host: copy + sync (GPU idle)"),
+)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One bar of a timeline row: ``kind`` says what it is (``launch``, ``sync``, ``scheduler``,
+    ``gemm``, ``attention``, ``elementwise``, ``sampling``, ``collective``, ``memcpy``)."""
+
+    name: str
+    kind: str
+    start_s: float
+    duration_s: float
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.duration_s
+
+
+@dataclass(frozen=True)
+class StepTimeline:
+    """One decode step as the three rows of an Nsight Systems view, and a ledger that adds up to it.
+
+    ``rows``: {"cpu" | "gpu" | "comm": tuple of :class:`Span`}; ``ledger``: seconds per key of
+    :data:`TIMELINE_LEDGER` (the floor, then what each row adds), summing to ``trace.step_s``;
+    ``event_bytes``: the bytes each kernel of ``trace.events`` moves (weights, KV, activations, logits);
+    ``floor_bytes``: the weight and KV bytes this GPU reads per step (what the floor divides)."""
+
+    trace: Trace
+    rows: dict
+    ledger: dict
+    event_bytes: tuple
+    floor_bytes: float
+    bandwidth: float
+
+    @property
+    def step_s(self) -> float:
+        return self.trace.step_s
+
+    @property
+    def achieved_fraction(self) -> float:
+        """The step's achieved bandwidth over the datasheet: floor bytes / step time / W."""
+        return self.floor_bytes / self.step_s / self.bandwidth
+
+    def kernel_fraction(self, i: int) -> float:
+        """Kernel i's own achieved bandwidth over the datasheet: its bytes / its duration / W."""
+        e = self.trace.events[i]
+        return self.event_bytes[i] / e.duration_s / self.bandwidth
+
+    def big_kernel_fraction(self) -> float:
+        """The GEMVs and attention together: their bytes / their summed durations / W (what the
+        step would reach if nothing ran between them)."""
+        big = [i for i, e in enumerate(self.trace.events) if e.category in ("gemm", "attention")]
+        return (sum(self.event_bytes[i] for i in big)
+                / sum(self.trace.events[i].duration_s for i in big) / self.bandwidth)
+
+    def row_total_s(self, row: str) -> float:
+        """Seconds of the ledger charged to one row (``cpu``, ``gpu`` or ``comm``)."""
+        if row not in TIMELINE_ROWS:
+            raise ValueError(f"row must be one of {', '.join(TIMELINE_ROWS)}; got {row!r}")
+        return sum(self.ledger[k] for k, r, _ in TIMELINE_LEDGER if r == row)
+
+
+def timeline_rows(dep: Deployment, batch: int = 1, context: int = 0,
+                  assume: st.StepAssumptions | None = None) -> StepTimeline:
+    """The decode step of :func:`decode_trace` laid out as Nsight Systems' three rows, with a
+    ledger: floor + what each row adds = the step (seconds, exactly).
+
+    * **CPU / CUDA API**: ``cudaStreamSynchronize`` waiting for the sampled tokens
+      (``sampling_s``), the scheduler (``scheduler_s``), then the launches: eager, one
+      ``cudaLaunchKernel`` per kernel, kernel i's call spanning
+      [host_end + i x eager_launch_s, host_end + (i + 1) x eager_launch_s) (the step model's
+      issue times); with CUDA graphs one ``cudaGraphLaunch`` at host_end (the model charges it
+      no time: zero duration).
+    * **GPU kernels**: every kernel that is not a collective.
+    * **NCCL / memcpy + sync**: the collective kernels, and the device-to-host copy of the
+      sampled tokens with its sync ([0, sampling_s)).
+
+    Ledger: floor = (weight + KV bytes) / W; below_roof = the GEMV and attention durations less
+    their fixed cost and the floor (achieved bandwidth, extra bytes such as the logits, any
+    compute excess); big_fixed = ``kernel_fixed_s`` per GEMV and attention kernel; tiny_kernels
+    = elementwise and sampling kernel durations; the idle time before each kernel splits into
+    dependency_gaps (all of it under a CUDA graph; eager, up to ``launch_gap_s``, the gap a graph
+    would still have) and launch_bound (the rest: the GPU waiting for an eager launch call); collectives = their durations;
+    scheduler and token_sync = the host phase, GPU idle.
+    """
+    a = assume or st.step_assumptions()
+    trace = decode_trace(dep, batch, context, a)
+    dep = trace.step.deployment
+    kernels = st.step_kernels(dep, trace.step.batch, trace.step.context, a)
+    bw = dep.chip.memory_bandwidth
+    host_end = trace.host_end_s
+    ledger = dict.fromkeys(k for k, _, _ in TIMELINE_LEDGER)
+    for k in ledger:
+        ledger[k] = 0.0
+    ledger["token_sync"], ledger["scheduler"] = a.sampling_s, a.scheduler_s
+    cpu = [Span("cudaStreamSynchronize (sampled tokens)", "sync", 0.0, a.sampling_s),
+           Span("scheduler: next batch", "scheduler", a.sampling_s, a.scheduler_s)]
+    comm = [Span("D2H copy of sampled tokens + sync", "memcpy", 0.0, a.sampling_s)]
+    gpu_row = []
+    if dep.cuda_graphs:
+        cpu.append(Span("cudaGraphLaunch", "launch", host_end, 0.0))
+    event_bytes, floor_bytes = [], 0.0
+    prev_end = host_end
+    for i, (e, k) in enumerate(zip(trace.events, kernels, strict=True)):
+        gap = e.start_s - prev_end
+        # a graph replays back to back: all of its idle time is dependency; eager, past launch_gap_s it is the CPU
+        dep_gap = gap if dep.cuda_graphs else min(gap, a.launch_gap_s if i else 0.0)
+        ledger["dependency_gaps"] += dep_gap
+        ledger["launch_bound"] += gap - dep_gap
+        prev_end = e.end_s
+        moved = k.weight_bytes + k.kv_bytes + k.other_bytes
+        event_bytes.append(moved)
+        if not dep.cuda_graphs:
+            cpu.append(Span(f"cudaLaunchKernel {e.name}", "launch", host_end + i * a.eager_launch_s,
+                            a.eager_launch_s))
+        span = Span(e.name, e.category, e.start_s, e.duration_s)
+        if e.category == "collective":
+            ledger["collectives"] += e.duration_s
+            comm.append(span)
+            continue
+        gpu_row.append(span)
+        if e.category in ("gemm", "attention"):
+            floor = (k.weight_bytes + k.kv_bytes) / bw
+            floor_bytes += k.weight_bytes + k.kv_bytes
+            ledger["floor"] += floor
+            ledger["big_fixed"] += a.kernel_fixed_s
+            ledger["below_roof"] += e.duration_s - a.kernel_fixed_s - floor
+        else:
+            ledger["tiny_kernels"] += e.duration_s
+    rows = {"cpu": tuple(cpu), "gpu": tuple(gpu_row), "comm": tuple(comm)}
+    return StepTimeline(trace, rows, ledger, tuple(event_bytes), floor_bytes, bw)
+
+
+def launch_rates(timeline: StepTimeline, assume: st.StepAssumptions | None = None) -> dict[str, float]:
+    """Whether an eager CPU keeps up with the GPU, kernels per second:
+
+    ``cpu_issue`` = 1 / eager_launch_s (what the CPU can issue); ``gpu_consume`` = kernels /
+    (summed kernel durations + the dependency gaps) (what the GPU would retire if never starved);
+    ``short_kernels`` = how many kernels last less than one eager launch (each exposes the CPU)."""
+    a = assume or st.step_assumptions()
+    ev = timeline.trace.events
+    busy = sum(e.duration_s for e in ev) + timeline.ledger["dependency_gaps"]
+    return {"cpu_issue": 1.0 / a.eager_launch_s, "gpu_consume": len(ev) / busy,
+            "short_kernels": float(sum(e.duration_s < a.eager_launch_s for e in ev)),
+            "kernels": float(len(ev))}

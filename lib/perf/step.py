@@ -311,6 +311,27 @@ class DecodeStep:
         return self.batch / self.total_s
 
 
+def kernel_time_s(fixed_s: float, *pipe_s: float) -> float:
+    """One kernel's duration in the book's step model: its fixed cost (the grid's start, first DRAM
+    round trip and drain, ``kernel_fixed_s``) plus the slowest of its pipes, which overlap (memory at
+    the achievable bandwidth, tensor or vector math, special functions). Seconds. Every kernel time
+    in lib (the decode step, the row-wise and benchmarked kernels of lib.kernels) is this sum."""
+    return fixed_s + max(pipe_s, default=0.0)
+
+
+def kernel_start(prev_end_s: float, cpu_s: float, first: bool, cuda_graphs: bool,
+                 a: StepAssumptions) -> tuple[float, float]:
+    """The launch rule of one stream of dependent kernels: a kernel starts ``launch_gap_s`` after the
+    previous one ends (the first at once); eager, the CPU issues it ``eager_launch_s`` after its
+    previous issue (``cpu_s``) and it cannot start earlier, so short kernels wait for the CPU.
+    Returns (start, the CPU's clock after this issue), seconds."""
+    start = prev_end_s + (0.0 if first else a.launch_gap_s)
+    if not cuda_graphs:
+        cpu_s += a.eager_launch_s
+        start = max(start, cpu_s)
+    return start, cpu_s
+
+
 def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
                 assume: StepAssumptions | None = None, timeline: bool = False) -> DecodeStep:
     """Model one decode step of ``batch`` sequences at ``context`` cached tokens (see module doc).
@@ -343,7 +364,7 @@ def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
             floor_w, floor_kv = k.weight_bytes / bw, k.kv_bytes / bw
             mem = (k.weight_bytes + k.kv_bytes + k.other_bytes) / (bw * eff)
             comp = k.flops / peak
-            dur = a.kernel_fixed_s + max(mem, comp)
+            dur = kernel_time_s(a.kernel_fixed_s, mem, comp)
             b["weights"] += floor_w
             b["kv_cache"] += floor_kv
             short = mem - floor_w - floor_kv
@@ -355,11 +376,7 @@ def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
             b["kernel_fixed"] += a.kernel_fixed_s
             w_bytes += k.weight_bytes
             kv_bytes += k.kv_bytes
-        gap = a.launch_gap_s if i else 0.0
-        start = prev_end + gap
-        if not dep.cuda_graphs:
-            cpu_t += a.eager_launch_s
-            start = max(start, cpu_t)
+        start, cpu_t = kernel_start(prev_end, cpu_t, i == 0, dep.cuda_graphs, a)
         b["launch_gaps"] += start - prev_end
         if timeline:
             events.append((k.name, k.category, start, dur))

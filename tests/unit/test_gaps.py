@@ -157,7 +157,7 @@ def test_expert_load_max_against_enumeration(e, k, expected_max):
 
 def test_l2_fraction():
     assert gaps.l2_resident_fraction(10e6, "h100-sxm") == 1.0
-    assert math.isclose(gaps.l2_resident_fraction(100e6, "h100-sxm"), 0.5)
+    assert math.isclose(gaps.l2_resident_fraction(100 * 2**20, "h100-sxm"), 0.5)  # L2 = 50 MiB
 
 
 def test_bad_inputs_raise():
