@@ -67,8 +67,9 @@ def persisting_max_is_queried(chip: str | GPU) -> bool:
 
 def l2_read_bandwidth(chip: str | GPU) -> float:
     """Whole-chip L2 read bandwidth, bytes/s: the measurement in ``kernels_l2.l2_read_bandwidth_tbps``
-    where one was found, else ``kernels_l2.l2_to_hbm_bandwidth_ratio`` x datasheet HBM bandwidth."""
-    g = _nvidia(chip)
+    where one was found, else ``kernels_l2.l2_to_hbm_bandwidth_ratio`` x datasheet HBM bandwidth
+    (any vendor: only the persistence API is NVIDIA's)."""
+    g = gpu(chip)
     known = _per_gpu("l2_read_bandwidth_tbps", g)
     if known is not None:
         return float(known["value"]) * 1e12
@@ -78,14 +79,14 @@ def l2_read_bandwidth(chip: str | GPU) -> float:
 def l2_share_per_sm(chip: str | GPU) -> float:
     """One SM's fair share of the L2 bandwidth when every SM streams: :func:`l2_read_bandwidth` / SMs,
     bytes/s (what a split-K fixup's partial tiles move at)."""
-    g = _nvidia(chip)
+    g = gpu(chip)
     return l2_read_bandwidth(g) / g.compute_units
 
 
 def l2_bandwidth_grade(chip: str | GPU) -> str:
     """How :func:`l2_read_bandwidth` is known for this GPU: 'measured' (a published benchmark of this
     GPU), 'assumed' (another GPU's measurement carried over, argued in the yaml) or 'ratio'."""
-    known = _per_gpu("l2_read_bandwidth_tbps", _nvidia(chip))
+    known = _per_gpu("l2_read_bandwidth_tbps", gpu(chip))
     if known is None:
         return "ratio"
     return "measured" if str(known.get("check", "")).startswith("secondary") else "assumed"
