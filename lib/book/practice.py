@@ -107,10 +107,13 @@ def grade(question: str, factory: Callable, cases: Sequence[Case], run: Callable
                 continue
 
             def fails(ops):
-                return _failure(run, factory, ops) is not None
+                nonlocal problem
+                found = _failure(run, factory, ops)
+                if found is not None:
+                    problem = found  # shrink keeps the last failing trial: report what it did
+                return found is not None
 
             small = shrink(case.ops, fails)
-            problem = _failure(run, factory, small)
         except NotImplementedError as err:
             where = traceback.extract_tb(err.__traceback__)[-1].name
             return PracticeReport(question, "not implemented", n - 1, len(cases), f"`{where}` raises NotImplementedError")
