@@ -36,12 +36,12 @@ and every draft at once (in threads: the programs mostly sleep).
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from lib.book.drafts import edited_class
 from lib.book.practice import Case, PracticeReport, grade
 from lib.inputs import integer
 
@@ -49,7 +49,6 @@ from .async_batcher import (
     AsyncBatcher,
     GuardedTimerBatcher,
     SelfCancellingBatcher,
-    _call,
     drive,
     model_schedule,
     replay_decisions,
@@ -316,37 +315,22 @@ def check(candidate: Callable, *, num_random: int = 3, seed: int = 0, parallel: 
 # ---- defective drafts: each makes one classic mistake ------------------------------------------
 
 
-class _FailsEveryone(AsyncBatcher):
-    """A batch that raises fails every caller the batcher holds: its own and all the queued ones."""
+# Drafts that change the reference's code are its own methods with the mistake edited in
+# (lib.book.drafts: the edits are the whole difference); the others wrap the reference's methods.
+_GUARDED_FAIL = "if not e.future.done():  # a caller that gave up has a cancelled future\ne.future.set_exception(err)"
 
-    async def _run(self, batch):
-        try:
-            results = await _call(self._batch_fn, [e.item for e in batch])
-        except Exception as err:
-            for e in batch + list(self._queue):
-                if not e.future.done():
-                    e.future.set_exception(err)
-            self._queue.clear()
-        else:
-            for e, r in zip(batch, results, strict=True):
-                if not e.future.done():
-                    e.future.set_result(r)
-        finally:
-            self._in_flight -= 1
-            self._pump()
+_FailsEveryone = edited_class(
+    AsyncBatcher, "_FailsEveryone",
+    "A batch that raises fails every caller the batcher holds: its own and all the queued ones.",
+    _run=[("for e in batch:\n" + _GUARDED_FAIL,
+           "for e in batch + list(self._queue):  # the mistake: the queued callers fail too\n"
+           "    if not e.future.done():\n        e.future.set_exception(err)\nself._queue.clear()")])
 
-
-class _CloseDropsQueue(AsyncBatcher):
-    """close() stops the timer and waits for the batches in flight, but forgets the queued items."""
-
-    async def close(self, *, drain: bool = True) -> None:
-        self._closing = True
-        if self._timer is not None and self._timer is not asyncio.current_task():
-            self._timer.cancel()
-        self._timer = None
-        self._queue.clear()
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+_CloseDropsQueue = edited_class(
+    AsyncBatcher, "_CloseDropsQueue",
+    "close() stops the timer and waits for the batches in flight, but forgets the queued items.",
+    close=[("self._timer = None",
+            "self._timer = None\nself._queue.clear()  # the mistake: the queued callers are never answered")])
 
 
 class _NoTimerForLoneItem(AsyncBatcher):
@@ -371,22 +355,12 @@ class _OffByOne(AsyncBatcher):
             self.max_batch -= 1
 
 
-class _SetsCancelledFuture(AsyncBatcher):
-    """Sets every result without asking whether the caller gave up: ``set_result`` on a cancelled
-    future raises InvalidStateError and the rest of the batch is never answered."""
-
-    async def _run(self, batch):
-        try:
-            results = await _call(self._batch_fn, [e.item for e in batch])
-        except Exception as err:
-            for e in batch:
-                e.future.set_exception(err)
-        else:
-            for e, r in zip(batch, results, strict=True):
-                e.future.set_result(r)
-        finally:
-            self._in_flight -= 1
-            self._pump()
+_SetsCancelledFuture = edited_class(
+    AsyncBatcher, "_SetsCancelledFuture",
+    "Sets every result without asking whether the caller gave up: set_result on a cancelled future raises "
+    "InvalidStateError and the rest of the batch is never answered.",
+    _run=[(_GUARDED_FAIL, "e.future.set_exception(err)"),
+          ("if not e.future.done():\ne.future.set_result(r)", "e.future.set_result(r)")])
 
 
 VARIANTS = {

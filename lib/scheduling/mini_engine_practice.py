@@ -37,11 +37,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from lib.book.drafts import edited_class
 from lib.book.practice import Case, PracticeReport, grade
 from lib.inputs import integer
-from lib.kvcache.allocator import BlockAllocator, OutOfBlocks, read_sequence
+from lib.kvcache.allocator import BlockAllocator, read_sequence
 
-from .mini_engine import FakeModel, MiniEngine, Seq, StepRecord
+from .mini_engine import FakeModel, MiniEngine
 
 __all__ = ["DEFAULT_CONFIG", "QUESTION", "VARIANTS", "cases", "check", "describe", "prompt_tokens", "run",
            "skeleton", "variant"]
@@ -66,7 +67,7 @@ class skeleton:  # noqa: N801 - named like the function skeletons of the other p
         raise NotImplementedError
 
 
-# ---- defective drafts: the reference with one mistake switched on -------------------------------
+# ---- defective drafts: the reference with one mistake each --------------------------------------
 
 VARIANTS = ("leak_on_preempt", "budget_ignores_decodes", "recompute_off_by_one", "restart_from_prompt",
             "victim_to_back", "no_refusal", "oldest_victim")
@@ -83,105 +84,30 @@ TEXT = {
 }
 
 
-class _Draft(MiniEngine):
-    """:class:`MiniEngine` with ``mistake`` switched on (the reference's methods written out again)."""
-
-    mistake = ""
-
-    def submit(self, rid, prompt, max_tokens, on_token=None) -> str:
-        if self.mistake != "no_refusal":
-            return super().submit(rid, prompt, max_tokens, on_token)
-        s = Seq(rid, tuple(prompt), max_tokens, on_token, len(self.seqs), self.steps)
-        self.seqs[rid] = s
-        s.todo = len(s.prompt)
-        self.waiting.append(s)
-        return s.status
-
-    def step(self):
-        if self.mistake != "budget_ignores_decodes":
-            return super().step()
-        self._written = {}
-        victims: list[Seq] = []
-        decodes = [s for s in list(self.running) if s.todo == 0 and s.status == "running"
-                   and self._write(s, 1, victims)]
-        left = self.budget  # the mistake: the decodes' tokens are not taken off
-        chunks = []
-        for s in list(self.running):
-            if s.todo and s.status == "running" and left > 0:
-                c = min(s.todo, left)
-                if self._write(s, c, victims):
-                    chunks.append((s, c, self.alloc.num_tokens(s.rid) - c))
-                    left -= c
-        decodes = [s for s in decodes if s.status == "running"]
-        chunks = [ch for ch in chunks if ch[0].status == "running"]
-        while not victims and self.waiting and left > 0 and len(self.running) < self.max_running:
-            s = self.waiting[0]
-            c = min(s.todo, left)
-            try:
-                self.alloc.allocate(s.rid, s.tokens[:c])
-            except OutOfBlocks:
-                break
-            self.waiting.pop(0)
-            self.running.append(s)
-            s.status, self._written[s.rid] = "running", c
-            chunks.append((s, c, 0))
-            left -= c
-        used = self.alloc.num_blocks - self.alloc.num_free_blocks
-        context = sum(self.alloc.num_tokens(s.rid) for s in decodes)
-        for s, c, _ in chunks:
-            s.todo -= c
-        finished = []
-        for s in decodes + [s for s, _, _ in chunks if s.todo == 0]:
-            token = self.model.next_token(self.alloc.tokens(s.rid))
-            s.out.append(token)
-            if s.first_token is None:
-                s.first_token = self.steps
-            if s.on_token is not None:
-                s.on_token(token)
-            if token == self.model.eos or len(s.out) == s.max_tokens:
-                self.alloc.free(s.rid)
-                self.running.remove(s)
-                s.status, s.reason, s.finished_at = "finished", "eos" if token == self.model.eos else "length", self.steps
-                finished.append(s.rid)
-        record = StepRecord(self.steps, tuple(s.rid for s in decodes), tuple((s.rid, c, p) for s, c, p in chunks),
-                            tuple(v.rid for v in victims), tuple(finished), used, context, len(self.running),
-                            len(self.waiting))
-        self.steps += 1
-        return record
-
-    def _write(self, s, n, victims) -> bool:
-        if self.mistake != "oldest_victim":
-            return super()._write(s, n, victims)
-        pos = self.alloc.num_tokens(s.rid)
-        for token in s.tokens[pos:pos + n]:
-            while True:
-                try:
-                    self.alloc.append_token(s.rid, token)
-                    break
-                except OutOfBlocks:
-                    victim = self.running[0]  # the mistake: the oldest
-                    self._preempt(victim)
-                    victims.append(victim)
-                    if victim is s:
-                        return False
-        return True
-
-    def _preempt(self, s) -> None:
-        if self.mistake not in ("leak_on_preempt", "recompute_off_by_one", "restart_from_prompt", "victim_to_back"):
-            return super()._preempt(s)
-        s.recomputed += self.alloc.num_tokens(s.rid) - self._written.pop(s.rid, 0)
-        if not (self.mistake == "leak_on_preempt" and s.todo):  # the leak: a prefilling victim keeps its blocks
-            self.alloc.free(s.rid)
-        self.running.remove(s)
-        s.status, s.todo = "waiting", len(s.tokens)
-        if self.mistake == "recompute_off_by_one" and s.out:
-            s.todo -= 1  # only the tokens that had KV: the last streamed token is sampled again
-        if self.mistake == "restart_from_prompt":
-            s.out, s.todo = [], len(s.prompt)  # the client sees its stream start over
-        s.preemptions += 1
-        self.waiting.append(s)
-        if self.mistake != "victim_to_back":
-            self.waiting.sort(key=lambda q: (q.preemptions == 0, q.order))
+# Each draft is MiniEngine's own methods with its mistake edited into their source (lib.book.drafts):
+# the edits are the whole difference.
+_REFUSAL = ('''if not s.prompt or len(s.prompt) + max_tokens - 1 > capacity:
+s.status = "refused"
+s.reason = f"needs up to {len(s.prompt) + max_tokens - 1:,} KV tokens; the pool holds {capacity:,}"
+return s.status''', "")
+_EDITS = {
+    "leak_on_preempt": {"_preempt": [("self.alloc.free(s.rid)",
+                                      "if not s.todo:  # the mistake: a prefilling victim keeps its blocks\n"
+                                      "    self.alloc.free(s.rid)")]},
+    "budget_ignores_decodes": {"step": [("left = self.budget - len(decodes)",
+                                         "left = self.budget  # the mistake: the decodes' tokens are not taken off")]},
+    "recompute_off_by_one": {"_preempt": [("s.status, s.todo = \"waiting\", len(s.tokens)",
+                                           "s.status, s.todo = \"waiting\", len(s.tokens)\n"
+                                           "if s.out:  # the mistake: only the tokens that had KV; the last is sampled again\n"
+                                           "    s.todo -= 1")]},
+    "restart_from_prompt": {"_preempt": [("s.status, s.todo = \"waiting\", len(s.tokens)",
+                                          "s.status, s.todo = \"waiting\", len(s.tokens)\n"
+                                          "s.out, s.todo = [], len(s.prompt)  # the mistake: the stream starts over")]},
+    "victim_to_back": {"_preempt": [("self.waiting.sort(key=lambda q: (q.preemptions == 0, q.order))", "")]},
+    "no_refusal": {"submit": [_REFUSAL]},
+    "oldest_victim": {"_write": [("victim = self.running[-1]", "victim = self.running[0]  # the mistake: the oldest")]},
+}
+_DRAFTS = {name: edited_class(MiniEngine, f"MiniEngine_{name}", TEXT[name], **edits) for name, edits in _EDITS.items()}
 
 
 def variant(name: str) -> type:
@@ -190,7 +116,7 @@ def variant(name: str) -> type:
         return MiniEngine
     if name not in VARIANTS:
         raise ValueError(f"variant must be 'reference' or one of {', '.join(VARIANTS)}, got {name!r}")
-    return type(f"MiniEngine_{name}", (_Draft,), {"mistake": name})
+    return _DRAFTS[name]
 
 
 # ---- the grader ----------------------------------------------------------------------------------
