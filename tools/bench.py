@@ -120,7 +120,10 @@ def bench_nbval() -> tuple[float, bool]:
 
     (cmd,) = [cmd for name, cmd, _ in steps() if name.startswith("nbval")]
     t = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, env=step_env())
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=step_env())
+    if done.returncode != 0:  # say which notebooks failed, not only that the step did
+        failed = [line for line in done.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+        print("\n".join(failed or done.stdout.splitlines()[-20:]), file=sys.stderr)
     return time.perf_counter() - t, done.returncode == 0
 
 
