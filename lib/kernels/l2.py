@@ -60,9 +60,21 @@ def persisting_max_bytes(chip: str | GPU) -> float:
     return assumptions.value(f"{_SECTION}.persisting_fraction_of_l2") * g.l2_bytes
 
 
-def persisting_max_is_queried(chip: str | GPU) -> bool:
-    """Whether :func:`persisting_max_bytes` is a printed device query (True) or the graded ratio."""
-    return _per_gpu("persisting_max_bytes", _nvidia(chip)) is not None
+def persisting_max_provenance(chip: str | GPU) -> str:
+    """How :func:`persisting_max_bytes` is known for this GPU: 'measured' (queried on a GPU lent to this
+    project, graded primary), 'printed' (a device query printed elsewhere, secondary) or 'ratio' (no query:
+    ``kernels_l2.persisting_fraction_of_l2`` of the L2)."""
+    known = _per_gpu("persisting_max_bytes", _nvidia(chip))
+    if known is None:
+        return "ratio"
+    return "measured" if known.get("check") == "primary" else "printed"
+
+
+def access_policy_max_window_bytes(chip: str | GPU) -> float | None:
+    """``accessPolicyMaxWindowSize`` (bytes, the longest address range one access-policy window can mark) where a
+    device query of this GPU is in ``kernels_l2.access_policy_max_window_bytes``; None where none was found."""
+    known = _per_gpu("access_policy_max_window_bytes", _nvidia(chip))
+    return None if known is None else float(known["value"])
 
 
 def l2_read_bandwidth(chip: str | GPU) -> float:

@@ -20,15 +20,18 @@ from lib.registry.measured import measured
 def test_carveout_anchor_and_ratio():
     # A100 device query (NVIDIA developer forum 275542): 31,457,280 of 41,943,040 bytes, the guide's 3/4
     assert l2.persisting_max_bytes("a100-sxm") == 31457280
-    assert l2.persisting_max_is_queried("a100-sxm")
+    assert l2.persisting_max_provenance("a100-sxm") == "printed"
     assert 31457280 / 41943040 == 0.75
     # H200 device query, measured here (data/measured-h200.yaml): 39,321,600 of 62,914,560 bytes, 0.625
     assert l2.persisting_max_bytes("h200") == measured("properties.persistingL2CacheMaxSize")
-    assert l2.persisting_max_is_queried("h200")
+    assert l2.persisting_max_provenance("h200") == "measured"
+    assert l2.access_policy_max_window_bytes("h200") == measured("properties.accessPolicyMaxWindowSize")
+    assert l2.access_policy_max_window_bytes("a100-sxm") == 134213632
+    assert l2.access_policy_max_window_bytes("b200") is None
     assert hardware.gpu("h200").l2_bytes == measured("properties.l2CacheSize")
     # GPUs with no query: 3/4 of the registry's L2
     for key in ("h100-sxm", "b200", "l4"):
-        assert not l2.persisting_max_is_queried(key)
+        assert l2.persisting_max_provenance(key) == "ratio"
         assert l2.persisting_max_bytes(key) == pytest.approx(0.75 * hardware.gpu(key).l2_bytes)
         assert l2.persisting_max_bytes(key) < hardware.gpu(key).l2_bytes
 
