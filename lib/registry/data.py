@@ -16,8 +16,9 @@ def load_yaml(name: str) -> dict:
     path = DATA_DIR / name
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: lib reads its facts from the repo's data/ folder")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml parses these files ten times faster
     with path.open(encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        return yaml.load(f, Loader=loader)  # noqa: S506 - a safe loader (C or pure Python), never the full one
 
 
 def unknown_name(kind: str, name: str, valid: list[str]) -> ValueError:
