@@ -552,11 +552,6 @@ class SmemPort:
         writes and reads share its 128 B per clock (module doc)."""
         return self.read_share + self.fill_share
 
-    @property
-    def ridge(self) -> float:
-        """FLOP per shared-memory byte the tensor cores need to run at peak: flops per clock / port."""
-        return self.flops_per_clock / self.port_bytes_per_clock
-
 
 def smem_port(chip: str | GPU, tile_m: int, tile_n: int, dtype: str = "bf16", cta_group: int = 1) -> SmemPort:
     """The shared-memory demand per clock of a ``tile_m x tile_n`` MMA tile on ``chip``'s own tensor-core

@@ -220,18 +220,20 @@ def pipeline_step_s(compute_s: float, load_s: float, latency_s: float, stages: i
 
 
 def stages_to_hide(compute_s: float, load_s: float, latency_s: float) -> int:
-    """The fewest stages at which :func:`pipeline_step_s` reaches max(c, b): ceil((L + b + c) / max(c, b))."""
+    """The fewest stages at which :func:`pipeline_step_s` reaches max(c, b): ceil((L + b + c) / max(c, b)), the
+    ratio taken 1e-9 low so that a ratio a rounding error above a whole number does not ask for one more stage."""
     c = real("compute_s", compute_s, 0, low_open=True, unit="seconds")
     b = real("load_s", load_s, 0, unit="seconds")
     lat = real("latency_s", latency_s, 0, unit="seconds")
-    return max(1, math.ceil((lat + b + c) / max(c, b) - 1e-12))
+    return max(1, math.ceil((lat + b + c) / max(c, b) * (1 - 1e-9)))
 
 
 def simulate_pipeline(compute_s: float, load_s: float, latency_s: float, stages: int, steps: int = 400) -> float:
     """Event-driven oracle of :func:`pipeline_step_s`: load j issues when its buffer is free (compute
     j - s has ended) and the memory pipe is free, holds the pipe for ``load_s``, arrives ``latency_s``
     later; compute j starts when its load has arrived and compute j - 1 has ended. Returns the mean
-    step time over the second half of ``steps`` steps."""
+    step time over the last whole cycles of ``s`` steps in the second half of ``steps`` (a latency-bound
+    pipeline repeats every ``s`` steps, so a window of any other length is off by part of a cycle)."""
     c = real("compute_s", compute_s, 0, low_open=True)
     b = real("load_s", load_s, 0)
     lat = real("latency_s", latency_s, 0)
@@ -245,8 +247,8 @@ def simulate_pipeline(compute_s: float, load_s: float, latency_s: float, stages:
         pipe_free = issue + b
         arrive = pipe_free + lat
         end[j] = max(arrive, end[j - 1] if j else 0.0) + c
-    half = n // 2
-    return (end[-1] - end[half - 1]) / (n - half)
+    window = max(s, (n // 2) // s * s)
+    return (end[-1] - end[-1 - window]) / window
 
 
 # ---- one tile, all five constraints ----------------------------------------------------------------
