@@ -58,11 +58,16 @@ def run_step(cmd: list[str], env: dict, limit_s: int) -> int:
         return 124
 
 
+def clean_build() -> None:
+    """Remove the built book so the build step builds every page (an incremental build would skip its checks)."""
+    shutil.rmtree(ROOT / "_build" / "html", ignore_errors=True)
+    shutil.rmtree(ROOT / "_build" / ".doctrees", ignore_errors=True)
+
+
 def main() -> int:
     os.chdir(ROOT)
     env = step_env()
-    shutil.rmtree(ROOT / "_build" / "html", ignore_errors=True)
-    shutil.rmtree(ROOT / "_build" / ".doctrees", ignore_errors=True)
+    clean_build()
     results = []
     for name, cmd, limit_s in steps():
         print(f"\n=== {name}: {' '.join(cmd[2:] if cmd[0] == PY else cmd)}", flush=True)
