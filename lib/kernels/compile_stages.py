@@ -107,16 +107,6 @@ EPS = 1e-6  # the norm's epsilon (only its presence matters here)
 PERSISTENT_REDUCTION = 1024  # Inductor keeps a reduction of at most this many elements in one block ("per")
 
 
-def _chip(chip: str | GPU) -> GPU:
-    return chip if isinstance(chip, GPU) else gpu(chip)
-
-
-def _dtype(dtype: str) -> str:
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
-    return dtype
-
-
 def _choice(name: str, value: str, options: Sequence[str]) -> str:
     if value not in options:
         raise ValueError(f"{name} must be one of {', '.join(options)}; got {value!r}")
@@ -214,7 +204,7 @@ def mlp_block(d: int, f: int, batch: int, dtype: str = "bf16", graph_break: bool
     d = integer("d", d, 1, 1 << 17, unit="hidden size")
     f = integer("f", f, 1, 1 << 19, unit="intermediate size")
     b = integer("batch", batch, 1, 1 << 16, unit="rows")
-    dt = _dtype(dtype)
+    dt = _choice("dtype", dtype, DTYPES)
     inputs = (Tensor("x", b, d, dt), Tensor("g", 1, d, dt), Tensor("w1", f, d, dt), Tensor("w3", f, d, dt),
               Tensor("w2", d, f, dt))
     ops: list[Op] = []
@@ -477,7 +467,7 @@ def calibration(name: str = "book", chip: str | GPU = "h200") -> Calibration:
     from lib.perf.step import step_assumptions
 
     _choice("calibration", name, CALIBRATIONS)
-    g = _chip(chip)
+    g = gpu(chip)
     if name == "book":
         return Calibration(name, step_assumptions(), compiled_call_s(), sync_s())
     if g.key != "h200":
@@ -501,7 +491,7 @@ def kernel_pipes(k: Kernel, chip: str | GPU, dtype: str, assume) -> tuple[float,
     (``dtype`` peak x matmul efficiency); (0, 0) for a sync."""
     if k.kind == "sync":
         return 0.0, 0.0
-    g = _chip(chip)
+    g = gpu(chip)
     memory = k.bytes / (g.memory_bandwidth * assume.gemv_efficiency)
     compute = k.flops / (g.peak_flops(dtype) * assume.matmul_efficiency) if k.flops else 0.0
     return memory, compute
@@ -676,7 +666,7 @@ def compile_stages(model: str = "llama-3.1-8b", batch: int = 8, chip: str | GPU 
                    calls: int = 8) -> CompileStages:
     """The block of ``model`` at ``batch`` through every stage (:func:`stage_cost`); with a graph break the
     eager-in-one-graph stage is left out."""
-    g = _chip(chip)
+    g = gpu(chip)
     block = block_for_model(model, batch, dtype, graph_break)
     cal = calibration(calibration_name, g)
     stages = {s: stage_cost(block, s, g, cal, weights, calls) for s in STAGES
@@ -723,7 +713,7 @@ def measured_call_s(stage: str, weights: str = "parameters", graph_break: bool =
 
 def is_measured_setup(model: str, batch: int, chip: str | GPU, dtype: str) -> bool:
     """Is this the block and GPU the H200 measurement ran?"""
-    return (model, batch, _chip(chip).key, dtype) == tuple(MEASURED_SETUP[k] for k in ("model", "batch", "gpu", "dtype"))
+    return (model, batch, gpu(chip).key, dtype) == tuple(MEASURED_SETUP[k] for k in ("model", "batch", "gpu", "dtype"))
 
 
 # ---- recompilation -------------------------------------------------------------------------------------------
@@ -816,9 +806,13 @@ def trace_demo(d: int = 64, f: int = 224, batch: int = 8, dtype: str = "bf16", s
     for CUDA graphs; the forward and backward graphs with the weights as nn.Parameters. Recompiles: a
     recording backend counts compiles of a small function over batches 1..``sweep`` with ``dynamic=False`` and
     ``None``."""
+    import importlib
     import logging
     import time
 
+    # Dynamo imports triton: lib's choice of Triton's interpreter mode must come first, or every interpreted kernel
+    # of the book fails afterwards in this process
+    importlib.import_module("lib.kernels.triton_env")
     import torch
     import torch._dynamo as dynamo
     from torch._dynamo.backends.common import aot_autograd
@@ -828,7 +822,7 @@ def trace_demo(d: int = 64, f: int = 224, batch: int = 8, dtype: str = "bf16", s
     f = integer("f", f, 1, 16384)
     batch = integer("batch", batch, 1, 1024)
     sweep = integer("sweep", sweep, 1, 32)
-    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[_dtype(dtype)]
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[_choice("dtype", dtype, DTYPES)]
     t0 = time.perf_counter()
     gen = torch.Generator().manual_seed(integer("seed", seed, 0))
     w1, w3 = ((torch.randn(f, d, generator=gen) * 0.02).to(tdt) for _ in range(2))

@@ -36,6 +36,20 @@ def test_the_recorded_trace_is_the_trace_the_installed_torch_gives(demo):
     assert cs.trace_or_record(live=True).dynamo_ops == recorded.dynamo_ops  # live=True traces again
 
 
+def test_tracing_first_leaves_the_triton_kernels_runnable():
+    """Importing Dynamo imports triton; if that came before lib.kernels.triton_env chose the interpreter, every
+    interpreted kernel of the book failed afterwards ("Cannot call @triton.jit'd outside of the scope of a
+    kernel"). A fresh process, as a notebook or a test worker that traces first would be."""
+    import subprocess
+    import sys
+
+    code = ("from lib.kernels.compile_stages import trace_demo; trace_demo(d=8, f=16, batch=2, sweep=2); import torch; "
+            "from lib.kernels import rowwise; y = rowwise.softmax(torch.rand(2, 8)); "
+            "assert torch.allclose(y.sum(-1), torch.ones(2)), y")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 # ---- the block against the real trace --------------------------------------------------------------------------
 
 
