@@ -132,52 +132,51 @@ def tma_wgmma_view(gpu: str, tile: str, bk: int, consumer_warpgroups: int, stage
 # ---- I040: the accumulator's home and the shared-memory port, Hopper against Blackwell --------------------
 
 
-def _hb_build(fig) -> SimpleNamespace:
+def _stacked_axis(ax, colors: tuple[str, str], labels: tuple[str, str], limit_color: str, limit_label: str,
+                  ylabel: str) -> SimpleNamespace:
+    """Three stacked bars (lower, upper) against a dashed limit line, with its legend under the axis."""
     from matplotlib.ticker import MaxNLocator
 
+    x = np.arange(3)
+    s = SimpleNamespace(ax=ax)
+    s.lower = ax.bar(x, np.zeros(3), width=0.6, color=colors[0], label=labels[0])
+    s.upper = ax.bar(x, np.zeros(3), width=0.6, color=colors[1], label=labels[1])
+    s.limit = ax.axhline(0.0, color=limit_color, ls="--", lw=1, label=limit_label)
+    ax.set_xticks(x)
+    ax.set_xticklabels(["", "", ""], fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y")
+    ax.yaxis.set_major_locator(MaxNLocator(4))
+    figures.legend(ax, [s.lower, s.upper, s.limit], loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=6.5,
+                   frameon=False)
+    return s
+
+
+def _draw_stacked(s, labels: list[str], lower: list[float], upper: list[float], limit: float) -> None:
+    for i, (lo, up) in enumerate(zip(lower, upper, strict=True)):
+        s.lower[i].set_height(lo)
+        s.upper[i].set_y(lo)
+        s.upper[i].set_height(up)
+    s.limit.set_ydata([limit] * 2)
+    s.ax.set_xticklabels(labels)
+    s.ax.set_ylim(0, max(limit, max(lo + up for lo, up in zip(lower, upper, strict=True))) * 1.15)
+
+
+def _hb_build(fig) -> SimpleNamespace:
     ax1, ax2 = fig.subplots(1, 2)
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.38, top=0.86, wspace=0.4)
-    a = SimpleNamespace(ax1=ax1, ax2=ax2)
-    x = np.arange(3)
-    a.acc_reg = ax1.bar(x, np.zeros(3), width=0.6, color="#dd8452", label="accumulator in registers")
-    a.acc_tmem = ax1.bar(x, np.zeros(3), width=0.6, color="#55a868", label="accumulator in tensor memory")
-    a.rf = ax1.axhline(256, color="#555555", ls="--", lw=1, label="register file (and tensor memory): 256 KiB")
-    ax1.set_xticks(x)
-    ax1.set_xticklabels(["", "", ""], fontsize=7)
-    ax1.set_ylabel("KiB per SM")
-    ax1.grid(True, axis="y")
-    ax1.yaxis.set_major_locator(MaxNLocator(4))
-    a.reads = ax2.bar(x, np.zeros(3), width=0.6, color="#4c72b0", label="MMA operand reads")
-    a.fill = ax2.bar(x, np.zeros(3), width=0.6, color="#8fb0d9", label="TMA writes")
-    a.port = ax2.axhline(128, color="#d62728", ls="--", lw=1, label="shared memory: 128 B per clock")
-    ax2.set_xticks(x)
-    ax2.set_xticklabels(["", "", ""], fontsize=7)
-    ax2.set_ylabel("bytes per clock per SM at peak")
-    ax2.grid(True, axis="y")
-    ax2.yaxis.set_major_locator(MaxNLocator(4))
-    figures.legend(ax1, [a.acc_reg, a.acc_tmem, a.rf], loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=6.5,
-                   frameon=False)
-    figures.legend(ax2, [a.reads, a.fill, a.port], loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=6.5,
-                   frameon=False)
-    return a
+    acc = _stacked_axis(ax1, ("#dd8452", "#55a868"), ("accumulator in registers", "accumulator in tensor memory"),
+                        "#555555", "register file (and tensor memory): 256 KiB", "KiB per SM")
+    smem = _stacked_axis(ax2, ("#4c72b0", "#8fb0d9"), ("MMA operand reads", "TMA writes"), "#d62728",
+                         "shared memory: 128 B per clock", "bytes per clock per SM at peak")
+    return SimpleNamespace(acc=acc, smem=smem)
 
 
 def _hb_draw(a, labels: list[str], acc_kib: list[tuple[float, float]], rf_kib: float, reads: list[float],
              fills: list[float], port: float, title: str) -> None:
-    for i, (reg, tmem) in enumerate(acc_kib):
-        a.acc_reg[i].set_height(reg)
-        a.acc_tmem[i].set_y(reg)
-        a.acc_tmem[i].set_height(tmem)
-        a.reads[i].set_height(reads[i])
-        a.fill[i].set_y(reads[i])
-        a.fill[i].set_height(fills[i])
-    a.rf.set_ydata([rf_kib] * 2)
-    a.port.set_ydata([port] * 2)
-    a.ax1.set_xticklabels(labels)
-    a.ax2.set_xticklabels(labels)
-    a.ax1.set_ylim(0, max(rf_kib, max(r + t for r, t in acc_kib)) * 1.15)
-    a.ax2.set_ylim(0, max(port, max(r + f for r, f in zip(reads, fills, strict=True))) * 1.15)
-    a.ax1.set_title(title, fontsize=8)
+    _draw_stacked(a.acc, labels, [r for r, _ in acc_kib], [t for _, t in acc_kib], rf_kib)
+    _draw_stacked(a.smem, labels, reads, fills, port)
+    a.acc.ax.set_title(title, fontsize=8)
 
 
 _HB_FIGURE = figures.LiveFigure(7.2, 3.6, _hb_build, _hb_draw)

@@ -112,10 +112,6 @@ vector_add<<<blocks, threads>>>(d_x, d_y, d_out, n);
 """The CUDA form of the vector add and its launch (a listing; never compiled here)."""
 
 
-def _chip(chip: str | GPU) -> GPU:
-    return chip if isinstance(chip, GPU) else gpu(chip)
-
-
 def _dtype(dtype: str) -> str:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
@@ -193,7 +189,7 @@ def launch_config(n: int, chip: str | GPU, threads_per_block: int = 256, registe
     ``registers_per_thread`` registers. ValueError for a launch no SM can hold."""
     from lib.kernels.sm import occupancy, sm_limits, waves
 
-    g = _chip(chip)
+    g = gpu(chip)
     lim = sm_limits(g)
     n = integer("n", n, 1, unit="elements")
     ept = integer("elements_per_thread", elements_per_thread, 1, unit="elements")
@@ -224,7 +220,7 @@ def host_link_bandwidth(chip: str | GPU, memory: str = "pinned") -> float:
     from lib.kvcache.recompute_fetch import storage_tier
     from lib.perf.collectives import pcie_bandwidth
 
-    g = _chip(chip)
+    g = gpu(chip)
     if memory not in HOST_MEMORY:
         raise ValueError(f"memory must be one of {', '.join(HOST_MEMORY)}; got {memory!r}")
     tier = storage_tier("host_dram", g)
@@ -314,7 +310,7 @@ def vector_add_cost(n: int, chip: str | GPU, dtype: str = "fp32", memory: str = 
     (:func:`host_link_bandwidth` from ``memory``)."""
     from lib.perf.collectives import pcie_bandwidth
 
-    g = _chip(chip)
+    g = gpu(chip)
     b = bytes_per_element(_dtype(dtype))
     n = integer("n", n, 1, unit="elements")
     kernel = rw.stream_cost(1, n, g, dtype, 2, 1, vector_ops=1, name="vector add")
@@ -398,7 +394,7 @@ def launch_crossover_elements(chip: str | GPU, dtype: str = "bf16", launch: str 
     from lib.perf.step import step_assumptions
 
     a = assume or step_assumptions()
-    g = _chip(chip)
+    g = gpu(chip)
     b = bytes_per_element(_dtype(dtype))
     return per_kernel_overhead_s(launch, a) * g.memory_bandwidth * a.gemv_efficiency / (2.0 * b)
 
@@ -468,7 +464,7 @@ def chain_cost(n: int, ops: int, chip: str | GPU, dtype: str = "bf16", launch: s
     from lib.perf.step import step_assumptions
 
     a = assume or step_assumptions()
-    g = _chip(chip)
+    g = gpu(chip)
     chain = _ops(ops)
     n = integer("n", n, 1, unit="elements")
     dt = _dtype(dtype)
@@ -555,7 +551,7 @@ def epilogue_fusion(mdl: str, tokens: int, chip: str | GPU, dtype: str = "bf16",
     from lib.registry.models import model
 
     a = assume or step_assumptions()
-    g = _chip(chip)
+    g = gpu(chip)
     m = model(mdl)
     dt = _dtype(dtype)
     t = integer("tokens", tokens, 1, unit="tokens")

@@ -112,10 +112,6 @@ RULE_SOURCE = ("unslothai/unsloth unsloth/kernels/utils.py calculate_settings (a
                "32768, 16 if >= 8192, 8 if >= 2048, else 4; MAX_FUSED_SIZE = 65536")
 
 
-def _chip(chip: str | GPU) -> GPU:
-    return chip if isinstance(chip, GPU) else gpu(chip)
-
-
 def _dtype(dtype: str) -> str:
     if dtype not in ROW_DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(ROW_DTYPES)}; got {dtype!r}")
@@ -166,7 +162,7 @@ def register_cap_per_thread(chip: str | GPU, num_warps: int) -> int:
     """The most registers per thread a launch of 32 x ``num_warps`` threads may use and still have
     one block resident on an SM: :func:`lib.kernels.sm.register_cap` at ``min_blocks`` = 1
     (255 at up to 8 warps on every NVIDIA GPU here; 128 at 16 warps; 64 at 32)."""
-    g = _chip(chip)
+    g = gpu(chip)
     return _register_cap(g.key, _num_warps(num_warps, g))
 
 
@@ -183,7 +179,7 @@ def widest_row_in_registers(chip: str | GPU, num_warps: int, overhead: int | Non
     without spilling: 2^floor(log2((cap - overhead) x threads)), one fp32 register per element."""
     from lib.kernels.sm import sm_limits
 
-    g = _chip(chip)
+    g = gpu(chip)
     o = overhead_registers() if overhead is None else integer("overhead", overhead, 0, unit="registers")
     cap = register_cap_per_thread(g, num_warps)
     if cap <= o:
@@ -228,7 +224,7 @@ def row_fit(chip: str | GPU, n_cols: int, num_warps: int | None = None, overhead
     and how many such programs an SM holds (:func:`lib.kernels.sm.occupancy`)."""
     from lib.kernels.sm import occupancy, sm_limits
 
-    g = _chip(chip)
+    g = gpu(chip)
     lim = sm_limits(g)
     block = block_size(n_cols)
     w = num_warps_for_block(block) if num_warps is None else _num_warps(num_warps, g)
@@ -332,7 +328,7 @@ def stream_cost(rows: int, n_cols: int, chip: str | GPU, dtype: str, reads: floa
     of a bf16 matrix is 2 writes) and does ``vector_ops`` FP32 operations and ``exps`` exponentials
     per element, timed as in the module docstring."""
     rows, n_cols = _check_shape(rows, n_cols)
-    g = _chip(chip)
+    g = gpu(chip)
     b = bytes_per_element(_dtype(dtype))
     reads, writes = real("reads", reads, 0), real("writes", writes, 0)
     vector_ops, exps = real("vector_ops", vector_ops, 0), real("exps", exps, 0)
@@ -546,7 +542,7 @@ def norm_pipeline(tokens: int, hidden: int, chip: str | GPU, dtype: str = "bf16"
         elem = 4.0 if n.startswith("cast") else b  # the cast kernel reads fp32
         width = VECTOR_BYTES if vector else elem
         loads += r * hidden * b / (32 * width)
-    g = _chip(chip)
+    g = gpu(chip)
     reductions = 1 if kind == "rmsnorm" or "one_pass_statistics" in on else 2
     acc = "fp32" if "fp32_accumulation" in on else dtype
     return NormPipeline(kind, int(tokens), int(hidden), dtype, g.key, tuple(sorted(on, key=REVIEW_CHANGES.index)),
