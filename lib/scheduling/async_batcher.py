@@ -49,7 +49,8 @@ checks the whole schedule of :func:`model_schedule` (what ``run_fixed_cost`` say
 arrivals give) whenever the observed lateness is under half the model's closest call
 (:func:`decision_margin_s`). Their docstrings state the tolerances and why. asyncio's default loop
 on Linux waits in epoll with millisecond resolution, so every timer here fires up to about a
-millisecond late.
+millisecond late; ``clock="virtual"`` runs the same code on :class:`VirtualClockLoop`, whose clock
+jumps from timer to timer, so the decisions can be checked exactly on a machine of any load.
 
 The window's cost. :func:`poisson_window_wait_s` is the mean wait for Poisson arrivals in the
 light-load limit (the server free whenever a batch is due), a closed form of the same model,
@@ -84,6 +85,7 @@ __all__ = [
     "GuardedTimerBatcher",
     "SelfCancellingBatcher",
     "DecisionCheck",
+    "VirtualClockLoop",
     "compare",
     "decision_margin_s",
     "drive",
@@ -595,23 +597,66 @@ def _coro_name(task: asyncio.Task) -> str:
     return getattr(coro, "__qualname__", type(coro).__name__)
 
 
-def run_in_fresh_loop(make_coro: Callable, timeout_s: float = 10.0):
-    """Run ``make_coro()`` with ``asyncio.run`` on a new thread and return its result (or raise its
+class _SkipAheadSelector:
+    """A selector that never sleeps for a timer: when nothing is ready it moves its loop's virtual
+    clock to the next timer instead (it still blocks when no timer is set, e.g. waiting for a thread)."""
+
+    def __init__(self, selector, loop: "VirtualClockLoop") -> None:
+        self._selector, self._loop = selector, loop
+
+    def select(self, timeout=None):
+        if timeout is None:
+            return self._selector.select(None)
+        events = self._selector.select(0)
+        if not events and timeout > 0:
+            self._loop._now += timeout
+        return events
+
+    def __getattr__(self, name):
+        return getattr(self._selector, name)
+
+
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """An ordinary selector event loop whose clock is virtual: ``loop.time()`` starts at 0 and jumps
+    to the next timer whenever every task waits on one, so ``asyncio.sleep``, ``call_at`` and
+    timeouts run at the nominal instants however loaded the machine is, and code between awaits
+    takes no time. For testing a batcher's decisions; it cannot show a batcher that blocks the loop
+    (a ``time.sleep`` costs no loop time here), which only the real clock does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._now = 0.0
+        self._selector = _SkipAheadSelector(self._selector, self)
+
+    def time(self) -> float:
+        return self._now
+
+
+CLOCKS = ("real", "virtual")
+
+
+def run_in_fresh_loop(make_coro: Callable, timeout_s: float = 10.0, *, clock: str = "real"):
+    """Run ``make_coro()`` on a new event loop in a new thread and return its result (or raise its
     exception). A new thread works where a loop is already running (Jupyter); TimeoutError if it
-    has not finished within ``timeout_s`` (the thread is left behind as a daemon)."""
-    return run_in_fresh_loops([make_coro], timeout_s)[0]
+    has not finished within ``timeout_s`` of wall time (the thread is left behind as a daemon).
+    ``clock``: ``"real"`` (asyncio's own loop) or ``"virtual"`` (:class:`VirtualClockLoop`)."""
+    return run_in_fresh_loops([make_coro], timeout_s, clock=clock)[0]
 
 
-def run_in_fresh_loops(makers: Sequence[Callable], timeout_s: float = 10.0) -> list:
+def run_in_fresh_loops(makers: Sequence[Callable], timeout_s: float = 10.0, *, clock: str = "real") -> list:
     """:func:`run_in_fresh_loop` for several coroutines at once, each on its own loop and thread
     (runs that mostly sleep take as long together as the longest alone); their results in order,
     or the first exception. TimeoutError if any has not finished within ``timeout_s``."""
     limit = real("timeout_s", timeout_s, 0.0, low_open=True)
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
+    factory = VirtualClockLoop if clock == "virtual" else None
     boxes: list[dict] = [{} for _ in makers]
 
     def target(make_coro: Callable, box: dict) -> None:
         try:
-            box["value"] = asyncio.run(make_coro())
+            with asyncio.Runner(loop_factory=factory) as runner:
+                box["value"] = runner.run(make_coro())
         except BaseException as err:  # noqa: BLE001  (handed back to the caller's thread)
             box["error"] = err
 
