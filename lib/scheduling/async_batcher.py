@@ -601,7 +601,7 @@ class _SkipAheadSelector:
     """A selector that never sleeps for a timer: when nothing is ready it moves its loop's virtual
     clock to the next timer instead (it still blocks when no timer is set, e.g. waiting for a thread)."""
 
-    def __init__(self, selector, loop: "VirtualClockLoop") -> None:
+    def __init__(self, selector, loop: VirtualClockLoop) -> None:
         self._selector, self._loop = selector, loop
 
     def select(self, timeout=None):
