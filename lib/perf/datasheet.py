@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lib.inputs import fraction, integer, real
+from lib.decoding.speculative import speculative_speedup
+from lib.inputs import integer, real
 from lib.perf import throughput as tput
 from lib.perf.deployment import Deployment
 from lib.perf.prefill import prefill_time
@@ -211,67 +212,6 @@ def per_user_decode_ceiling(
     weights = weight_bytes_read_per_step(m, 1, weight_dtype)  # MoE: only the routed top-k are read
     per_gpu_bytes = weights / n + ctx * m.kv_bytes_per_token(kv_dtype) * kv_shard_fraction(m, n)
     return tokens_per_weight_read * g.memory_bandwidth / per_gpu_bytes
-
-
-def speculative_tokens_per_step(acceptance: float, draft_tokens: int) -> float:
-    """Expected tokens per verify step: (1 - a^(g+1)) / (1 - a) for acceptance a, g drafted tokens.
-
-    Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding"
-    (ICML 2023), eq. 1, assuming i.i.d. acceptances. a = 1 gives g + 1; a = 0 gives 1.
-    """
-    g = integer("draft_tokens", draft_tokens, 0)
-    fraction("acceptance", acceptance)
-    if acceptance == 1:
-        return float(g + 1)
-    return (1 - acceptance ** (g + 1)) / (1 - acceptance)
-
-
-def speculative_speedup(acceptance: float, draft_tokens: int, draft_cost: float) -> float:
-    """Wall-clock speedup of speculative decoding: tokens per step / (1 + g c).
-
-    c = one draft forward's time over one target forward's time (Leviathan et al. 2023,
-    Theorem 3.8); verify cost taken as one target step (memory-bound: true while g + 1 tokens
-    are far below the ridge).
-    """
-    real("draft_cost", draft_cost, 0)
-    g = integer("draft_tokens", draft_tokens, 0)
-    return speculative_tokens_per_step(acceptance, g) / (1 + g * draft_cost)
-
-
-def acceptance_needed(target_speedup: float, draft_tokens: int, draft_cost: float) -> float:
-    """Smallest acceptance rate a whose :func:`speculative_speedup` reaches ``target_speedup``
-    (bisection; the speedup rises monotonically with a). math.inf when even a = 1 falls short;
-    0 when no speculation is needed (target <= speedup at a = 0)."""
-    real("target_speedup", target_speedup, 0, low_open=True)
-    if speculative_speedup(1.0, draft_tokens, draft_cost) < target_speedup:
-        return math.inf
-    if speculative_speedup(0.0, draft_tokens, draft_cost) >= target_speedup:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (
-            (mid, hi)
-            if speculative_speedup(mid, draft_tokens, draft_cost) < target_speedup
-            else (lo, mid)
-        )
-    return hi
-
-
-def simulate_speculative_tokens_per_step(
-    acceptance: float, draft_tokens: int, steps: int = 20000, seed: int = 0
-) -> np.ndarray:
-    """Monte Carlo of the tokens each verify step emits: accepted drafts until the first
-    rejection (at most g), plus the one token the target always contributes."""
-    g = integer("draft_tokens", draft_tokens, 0)
-    s = integer("steps", steps, 1)
-    fraction("acceptance", acceptance)
-    rng = np.random.default_rng(seed)
-    if g == 0:
-        return np.ones(s)
-    accepted = rng.random((s, g)) < acceptance
-    run = np.cumprod(accepted, axis=1).sum(axis=1)
-    return run + 1.0
 
 
 def batch_for_aggregate(

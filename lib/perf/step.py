@@ -155,14 +155,16 @@ def kv_read_fraction(dep: Deployment) -> float:
 
 
 def _layer_kernels(dep: Deployment, batch: int, context: int, moe_layer: bool,
-                   a: StepAssumptions) -> list[Kernel]:
+                   a: StepAssumptions, query_tokens: int = 1) -> list[Kernel]:
     m, tp = dep.mdl, dep.tp
     b_w, b_a = bytes_per_element(dep.weight_dtype), bytes_per_element(dep.act_dtype)
-    B, d = batch, m.hidden_size
+    q = query_tokens
+    B, d = batch * q, m.hidden_size  # B: tokens through the weight GEMMs (q per sequence)
     att = m.attention_params_per_layer()
     o_params = m.num_attention_heads * (m.v_head_dim if m.is_mla else m.head_dim) * d
-    kv_layer = B * context * m.kv_bytes_per_token(dep.kv_dtype) / m.num_layers * kv_read_fraction(dep)
-    att_flops = B * m.attention_flops_per_token(context) / m.num_layers / tp
+    # each sequence's cached KV is read once for all q query tokens; query j also sees the j before it
+    kv_layer = batch * context * m.kv_bytes_per_token(dep.kv_dtype) / m.num_layers * kv_read_fraction(dep)
+    att_flops = batch * sum(m.attention_flops_per_token(context + j) for j in range(q)) / m.num_layers / tp
     msg = B * d * b_a
     out = [
         Kernel("norm", "small"),
@@ -216,15 +218,16 @@ def _stage_send(dep: Deployment, message: float) -> Kernel:
 
 
 def step_kernels(dep: Deployment, batch: int, context: int,
-                 a: StepAssumptions | None = None) -> list[Kernel]:
-    """Every launch of one decode step on one GPU, in execution order."""
+                 a: StepAssumptions | None = None, query_tokens: int = 1) -> list[Kernel]:
+    """Every launch of one decode step on one GPU, in execution order (``query_tokens`` per
+    sequence: 1 plain, k + 1 when k drafted tokens are verified)."""
     a = a or step_assumptions()
     m, tp = dep.mdl, dep.tp
     b_a, b_w = bytes_per_element(dep.act_dtype), bytes_per_element(dep.weight_dtype)
-    B, V, d = batch, m.vocab_size, m.hidden_size
+    B, V, d = batch * query_tokens, m.vocab_size, m.hidden_size
     seq = [Kernel("embedding", "small", other_bytes=B * d * b_a)]
-    dense = _layer_kernels(dep, B, context, False, a)
-    moe = _layer_kernels(dep, B, context, True, a) if m.is_moe else dense
+    dense = _layer_kernels(dep, batch, context, False, a, query_tokens)
+    moe = _layer_kernels(dep, batch, context, True, a, query_tokens) if m.is_moe else dense
     per_stage = -(-m.num_layers // dep.pp)
     for layer in range(m.num_layers):
         if layer and layer % per_stage == 0:  # the activations move to the next stage's GPUs
@@ -256,6 +259,7 @@ class DecodeStep:
     kv_bytes_per_gpu: float
     kv_copies: float  # GPUs holding each KV byte (1 when split; > 1 when replicated)
     events: tuple = ()  # (name, category, start_s, duration_s) per launch, host phase first
+    query_tokens: int = 1  # tokens per sequence through the step (k + 1 when verifying k drafts)
 
     def __getitem__(self, name: str) -> float:
         return self.buckets[name]
@@ -307,7 +311,8 @@ class DecodeStep:
 
     @property
     def tokens_per_s(self) -> float:
-        """Output tokens per second of the replica: batch / step time."""
+        """Output tokens per second of the replica: batch / step time (one token per sequence;
+        a verification step's expected yield is :mod:`lib.decoding.speculative`'s business)."""
         return self.batch / self.total_s
 
 
@@ -333,15 +338,22 @@ def kernel_start(prev_end_s: float, cpu_s: float, first: bool, cuda_graphs: bool
 
 
 def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
-                assume: StepAssumptions | None = None, timeline: bool = False) -> DecodeStep:
+                assume: StepAssumptions | None = None, timeline: bool = False,
+                query_tokens: int = 1) -> DecodeStep:
     """Model one decode step of ``batch`` sequences at ``context`` cached tokens (see module doc).
 
     ``assume``: :func:`step_assumptions` (default central values); CUDA graphs on or off is the
     deployment's ``cuda_graphs``. ``timeline=True`` keeps every launch in ``events``.
+    ``query_tokens`` (q): tokens per sequence in the step, 1 for plain decode, k + 1 to verify k
+    drafted tokens. The weights and each sequence's cached KV are read once for all q; GEMM FLOPs,
+    activations, all-reduce messages, logits and sampling scale with batch x q; attention FLOPs are
+    those of q queries at ``context``, ``context + 1``, ... ``context + q - 1`` keys.
     """
     require(dep)
     batch = integer("batch", batch, 1, unit="sequences")
+    query_tokens = integer("query_tokens", query_tokens, 1, 64, unit="tokens per sequence")
     context = dep.mdl.check_context(context)
+    dep.mdl.check_context(context + query_tokens - 1, "context + query_tokens - 1")
     a = assume or step_assumptions()
     g = dep.chip
     bw = g.memory_bandwidth
@@ -353,7 +365,7 @@ def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
     prev_end = cpu_t = host_end
     n_kernels = n_coll = 0
     w_bytes = kv_bytes = 0.0
-    for i, k in enumerate(step_kernels(dep, batch, context, a)):
+    for i, k in enumerate(step_kernels(dep, batch, context, a, query_tokens)):
         if k.category == "collective":
             dur = k.collective_latency_s + k.collective_bandwidth_s
             b["allreduce_latency"] += k.collective_latency_s
@@ -384,4 +396,4 @@ def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
         n_kernels += 1
     copies = kv_read_fraction(dep) * dep.tp  # ranks holding each KV byte (DCP splits the copies)
     return DecodeStep(dep, batch, context, b, n_kernels, n_coll, w_bytes / dep.pp, kv_bytes / dep.pp,
-                      max(copies, 1.0), tuple(events) if timeline else ())
+                      max(copies, 1.0), tuple(events) if timeline else (), query_tokens)

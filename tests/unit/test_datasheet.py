@@ -4,8 +4,6 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from lib.perf import datasheet as ds
 from lib.perf import throughput as tput
@@ -101,32 +99,6 @@ def test_per_user_ceiling_moe_reads_active_experts():
     # 32,000 x 4,096 embedding table (0.13B) of which it reads one row
     x = ds.per_user_decode_ceiling("mixtral-8x7b", "h200")
     assert math.isclose(x, 4.8e12 / ((12.9e9 - 32_000 * 4_096) * 2), rel_tol=0.01)
-
-
-def test_speculative_known_value():
-    # Leviathan et al. 2023 eq. 1: (1 - 0.8^5) / 0.2 = 3.3616
-    assert math.isclose(ds.speculative_tokens_per_step(0.8, 4), 3.3616, rel_tol=1e-12)
-    assert (
-        ds.speculative_tokens_per_step(1.0, 4) == 5 and ds.speculative_tokens_per_step(0.0, 4) == 1
-    )
-    assert math.isclose(ds.speculative_speedup(0.8, 4, 0.05), 3.3616 / 1.2, rel_tol=1e-12)
-
-
-@given(st.floats(0.0, 0.99), st.integers(0, 8))
-def test_speculative_closed_form_against_monte_carlo(alpha, gamma):
-    sim = ds.simulate_speculative_tokens_per_step(alpha, gamma, steps=20000, seed=5)
-    closed = ds.speculative_tokens_per_step(alpha, gamma)
-    stderr = max(sim.std(ddof=1), 0.5) / math.sqrt(len(sim))
-    assert abs(sim.mean() - closed) <= 5 * stderr
-
-
-@given(st.floats(1.01, 4.0), st.integers(1, 8), st.floats(0.0, 0.2))
-def test_acceptance_needed_inverts_the_speedup(target, gamma, cost):
-    a = ds.acceptance_needed(target, gamma, cost)
-    if math.isinf(a):
-        assert ds.speculative_speedup(1.0, gamma, cost) < target
-    elif a > 0:
-        assert math.isclose(ds.speculative_speedup(a, gamma, cost), target, rel_tol=1e-9)
 
 
 def test_batch_for_aggregate_on_the_step_model():
