@@ -140,9 +140,12 @@ def open_guarded_page(browser, viewport=None, **options):
     """(context, page): the page records console errors and aborts requests leaving 127.0.0.1."""
     context = browser.new_context(viewport=viewport or {"width": 1280, "height": 900}, **options)
     pg = context.new_page()
-    pg.console_errors, pg.outside_requests = [], []
+    pg.console_errors, pg.outside_requests, pg.in_flight = [], [], set()
     pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
     pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
+    pg.on("request", lambda r: pg.in_flight.add(r))
+    pg.on("requestfinished", lambda r: pg.in_flight.discard(r))
+    pg.on("requestfailed", lambda r: pg.in_flight.discard(r))
 
     def guard(route):
         url = route.request.url
@@ -154,3 +157,24 @@ def open_guarded_page(browser, viewport=None, **options):
 
     pg.route("**/*", guard)
     return context, pg
+
+
+SETTLE_TIMEOUT_MS = 15000
+
+
+def settle(pg) -> None:
+    """Wait until a loaded book page has done its own work: MathJax has typeset (its startup
+    promise), the explorer snapshots are drawn (their controls present and disabled) and no request
+    is in flight. What Playwright's ``networkidle`` waits for, without its fixed 500 ms of quiet."""
+    pg.evaluate("""async () => { if (window.MathJax && MathJax.startup && MathJax.startup.promise)
+                                     await MathJax.startup.promise; }""")
+    if pg.locator(".explorer-snapshot").count():
+        pg.wait_for_function("""() => {
+            const c = [...document.querySelectorAll('.explorer-snapshot .cell_output :is(select, input, textarea)')];
+            return c.length > 0 && c.every(e => e.disabled);
+        }""", timeout=SETTLE_TIMEOUT_MS)
+    waited = 0
+    while pg.in_flight and waited < SETTLE_TIMEOUT_MS:
+        pg.wait_for_timeout(10)
+        waited += 10
+    assert not pg.in_flight, f"requests still in flight after {SETTLE_TIMEOUT_MS} ms: {[r.url for r in pg.in_flight][:3]}"

@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pytest
 
 from lib.book.glue import glued_texts
-from tests.browser.conftest import HTML
+from tests.browser.conftest import HTML, settle
 from tools.notebooks import ROOT, notebook_paths
 
 NOTEBOOKS = notebook_paths()
@@ -27,7 +27,7 @@ PAGES = sorted(p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
 def test_page_loads_offline_without_errors(book_page, book_url, rel):
     page = book_page
     page.goto(f"{book_url}/{rel}", wait_until="load")
-    page.wait_for_load_state("networkidle")
+    settle(page)
     assert not page.outside_requests, f"requests left 127.0.0.1: {page.outside_requests}"
     assert not page.console_errors, f"console errors: {page.console_errors}"
     if page.locator(".math").count():
@@ -84,19 +84,12 @@ def test_every_stored_explorer_is_labelled_a_snapshot():
     assert not unlabelled, f"explorers not labelled as snapshots on: {unlabelled}"
 
 
-def _wait_for_frozen_explorer(page):
-    page.wait_for_function("""() => {
-        const c = [...document.querySelectorAll('.explorer-snapshot .cell_output :is(select, input, textarea)')];
-        return c.length > 0 && c.every(e => e.disabled);
-    }""", timeout=15000)
-
-
 def test_static_explorer_is_a_frozen_snapshot(book_page, book_url):
     page = book_page
     page.goto(f"{book_url}/chapters/01-roofline/ridge-point.html", wait_until="networkidle")
     note = " ".join(page.locator(".explorer-snapshot .explorer-snapshot-note").first.text_content().split())
     assert note.startswith("Snapshot at this page's default inputs") and "open this notebook live" in note, note
-    _wait_for_frozen_explorer(page)  # every dropdown and number box disabled once the widgets are drawn
+    settle(page)  # every dropdown and number box disabled once the widgets are drawn
     sliders = page.evaluate("""() => [...document.querySelectorAll('.explorer-snapshot .noUi-target')]
         .map(s => s.hasAttribute('disabled') && getComputedStyle(s).pointerEvents === 'none')""")
     assert sliders and all(sliders), f"explorer sliders still movable: {sliders}"
@@ -125,7 +118,7 @@ def test_explorer_reads_in_dark_mode(book_page, book_url):
         page.goto(f"{book_url}/chapters/01-roofline/ridge-point.html", wait_until="networkidle")
         assert page.evaluate("document.documentElement.dataset.theme") == "dark"
         page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
-        _wait_for_frozen_explorer(page)
+        settle(page)
         panel = page.locator(".explorer-snapshot .widget-subarea").first
         for what, target in (("the explorer's label", panel.locator(".widget-html-content code").first),
                              ("a control's label", panel.locator(".widget-label:visible").first),
@@ -197,7 +190,7 @@ def test_phone_page_fits_the_viewport(phone_page, book_url, rel):
     page.goto(f"{book_url}/{rel}", wait_until="networkidle")
     page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
     if page.locator(".explorer-snapshot").count():
-        _wait_for_frozen_explorer(page)
+        settle(page)
     width, inner = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert width <= inner, f"{rel} is {width} px wide in a {inner} px viewport"
     bad = page.evaluate(OVERFLOWING)
