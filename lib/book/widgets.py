@@ -107,12 +107,26 @@ def registry() -> dict[str, Explorer]:
     return dict(_REGISTRY)
 
 
+def section_modules(section: str) -> list[str]:
+    """The modules of ``lib.explorers`` that hold explorers named ``section.*``: ``section`` itself
+    and ``section_*`` (tests hold every explorer to this naming)."""
+    import lib.explorers
+
+    return [f"lib.explorers.{info.name}" for info in pkgutil.iter_modules(lib.explorers.__path__)
+            if info.name == section or info.name.startswith(section + "_")]
+
+
 def get(name: str) -> Explorer:
-    """One explorer by name, with a clear error listing the valid names."""
-    reg = registry()
-    if name not in reg:
-        raise ValueError(f"unknown explorer {name!r}; valid names: {', '.join(sorted(reg))}")
-    return reg[name]
+    """One explorer by name, with a clear error listing the valid names. Imports only the modules
+    of its section (a page pays for its own explorers, not the book's hundred)."""
+    if name not in _REGISTRY:
+        for module in section_modules(str(name).split(".", 1)[0]):
+            importlib.import_module(module)
+    if name not in _REGISTRY:
+        reg = registry()
+        if name not in reg:
+            raise ValueError(f"unknown explorer {name!r}; valid names: {', '.join(sorted(reg))}")
+    return _REGISTRY[name]
 
 
 def render(name: str, **kwargs) -> View | ErrorView:

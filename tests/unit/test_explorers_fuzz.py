@@ -60,6 +60,20 @@ def test_there_are_explorers():
     assert NAMES
 
 
+def test_each_explorer_lives_in_a_module_of_its_section():
+    """widgets.get imports only the section's modules, so ``section.name`` must live in
+    lib/explorers/section.py or section_*.py; and a page's explorer costs its section, not the book."""
+    for name, exp in REGISTRY.items():
+        assert exp.func.__module__ in widgets.section_modules(name.split(".", 1)[0]), (name, exp.func.__module__)
+    import subprocess
+    import sys
+
+    probe = ("import sys; from lib.book.widgets import get; get('roofline.ridge_point'); "
+             "print(sorted(m for m in sys.modules if m.startswith('lib.explorers.')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "scheduling" not in out and "lib.explorers.roofline" in out, out
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_most_random_valid_inputs_give_a_view(name):
     """A message is for inputs that cannot work; a bug caught as ValueError would turn every view into one."""
