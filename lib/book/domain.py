@@ -79,8 +79,14 @@ class IntRange:
         return [2**i for i in range(64) if self.low <= 2**i <= self.high] or [self.low]
 
     def sample(self, rng) -> int:
-        """A random valid value (``rng`` is a ``random.Random``)."""
-        return rng.choice(self.powers_of_two()) if self.log else rng.randint(self.low, self.high)
+        """A random valid value (``rng`` is a ``random.Random``): a power of two on a log slider;
+        log-uniform on a range spanning two decades or more from a positive low (lengths and counts
+        vary by magnitude: uniform draws from 16 to 65,536 would almost never be short); else uniform."""
+        if self.log:
+            return rng.choice(self.powers_of_two())
+        if self.low > 0 and self.high >= 100 * self.low:
+            return min(self.high, max(self.low, round(math.exp(rng.uniform(math.log(self.low), math.log(self.high))))))
+        return rng.randint(self.low, self.high)
 
     def within(self, other) -> bool:
         return isinstance(other, IntRange | FloatRange) and other.low <= self.low and self.high <= other.high
@@ -102,7 +108,10 @@ class FloatRange:
         return f"a number from {self.low} to {self.high}"
 
     def sample(self, rng) -> float:
-        """A random valid value (``rng`` is a ``random.Random``)."""
+        """A random valid value (``rng`` is a ``random.Random``): log-uniform on a range spanning two
+        decades or more from a positive low (rates, times), else uniform."""
+        if self.low > 0 and self.high >= 100 * self.low:
+            return min(self.high, max(self.low, math.exp(rng.uniform(math.log(self.low), math.log(self.high)))))
         return rng.uniform(self.low, self.high)
 
     def within(self, other) -> bool:

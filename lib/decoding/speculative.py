@@ -16,6 +16,7 @@ nears the compute ridge) plus ``k`` drafter steps priced by a :class:`Drafter`. 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,33 +25,51 @@ import numpy as np
 
 from lib.inputs import fraction, integer, real
 from lib.perf.deployment import Deployment, require
-from lib.perf.step import StepAssumptions, decode_step
+from lib.perf.step import StepAssumptions, decode_step, step_assumptions, step_kernels
+from lib.registry.dtypes import bytes_per_element
 
 __all__ = [
     "Drafter",
     "SpeculativeStep",
     "acceptance_needed",
     "best_draft_tokens",
+    "break_even_batch",
+    "break_even_batch_estimate",
+    "draft_length_table",
     "free_drafter",
     "model_drafter",
     "simulate_speculative_tokens_per_step",
     "speculative_speedup",
     "speculative_step",
     "speculative_tokens_per_step",
+    "verify_free_tokens",
+    "verify_ridge_batch",
 ]
 
 
-def speculative_tokens_per_step(acceptance: float, draft_tokens: int) -> float:
+def speculative_tokens_per_step(acceptance, draft_tokens):
     """Expected tokens per verify step: (1 - a^(k+1)) / (1 - a) for acceptance a, k drafted tokens.
 
     Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding"
-    (ICML 2023), eq. 1, assuming i.i.d. acceptances. a = 1 gives k + 1; a = 0 gives 1.
+    (ICML 2023), eq. 1, assuming i.i.d. acceptances. a = 1 gives k + 1; a = 0 gives 1. Scalars give
+    a float; arrays (broadcast against each other) give an array.
     """
-    g = integer("draft_tokens", draft_tokens, 0)
-    fraction("acceptance", acceptance)
-    if acceptance == 1:
-        return float(g + 1)
-    return (1 - acceptance ** (g + 1)) / (1 - acceptance)
+    if np.ndim(acceptance) == 0 and np.ndim(draft_tokens) == 0:
+        g = integer("draft_tokens", draft_tokens, 0)
+        fraction("acceptance", acceptance)
+        if acceptance == 1:
+            return float(g + 1)
+        return (1 - acceptance ** (g + 1)) / (1 - acceptance)
+    a = np.asarray(acceptance, dtype=float)
+    k = np.asarray(draft_tokens)
+    if not (np.isfinite(a).all() and ((a >= 0) & (a <= 1)).all()):
+        raise ValueError("acceptance must hold fractions in [0, 1]")
+    if not (np.issubdtype(k.dtype, np.integer) or np.array_equal(k, np.round(k))) or (k < 0).any():
+        raise ValueError("draft_tokens must hold whole numbers >= 0")
+    k = k.astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = (1 - a ** (k + 1)) / (1 - a)
+    return np.where(a >= 1, k + 1, out)
 
 
 def speculative_speedup(acceptance: float, draft_tokens: int, draft_cost: float) -> float:
@@ -99,6 +118,15 @@ def simulate_speculative_tokens_per_step(acceptance: float, draft_tokens: int, s
 # ---- the step on a deployment ------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=8192)
+def _step_s(dep: Deployment, batch: int, context: int, assume: StepAssumptions | None, query_tokens: int) -> float:
+    """:func:`decode_step`'s total, remembered: a speculative step prices the same (batch, context)
+    for every draft length and acceptance, and the batch searches revisit their bounds. A pure
+    function of frozen inputs."""
+    return decode_step(dep, batch, context, assume, query_tokens=query_tokens).total_s
+
+
+
 @dataclass(frozen=True)
 class Drafter:
     """How a drafter costs. ``token_s(batch, context)``: seconds to draft one token for every
@@ -119,7 +147,7 @@ def model_drafter(draft: Deployment, assume: StepAssumptions | None = None) -> D
     """A separate draft model on its own :class:`Deployment` (usually the target's GPUs): each
     drafted token is one :func:`decode_step` of the draft at the same batch and context."""
     require(draft)
-    return Drafter(draft.label, "model", lambda b, c: decode_step(draft, b, c, assume).total_s)
+    return Drafter(draft.label, "model", lambda b, c: _step_s(draft, b, c, assume, 1))
 
 
 def free_drafter(name: str = "prompt lookup", token_s: float = 0.0) -> Drafter:
@@ -184,8 +212,8 @@ def speculative_step(dep: Deployment, drafter: Drafter, draft_tokens: int, accep
         raise ValueError(f"drafter must be a Drafter (model_drafter, free_drafter, ...); got {type(drafter).__name__}")
     k = integer("draft_tokens", draft_tokens, 0, 32, unit="tokens")
     a = fraction("acceptance", acceptance)
-    plain = decode_step(dep, batch, context, assume).total_s
-    verify = decode_step(dep, batch, context, assume, query_tokens=k + 1).total_s if k else plain
+    plain = _step_s(dep, batch, context, assume, 1)
+    verify = _step_s(dep, batch, context, assume, k + 1) if k else plain
     draft = k * drafter.token_s(batch, context) if k else 0.0
     return SpeculativeStep(batch, context, k, a, plain, draft, verify, speculative_tokens_per_step(a, k))
 
@@ -197,3 +225,130 @@ def best_draft_tokens(dep: Deployment, drafter: Drafter, acceptance: float, batc
     top = integer("max_draft_tokens", max_draft_tokens, 0, 32, unit="tokens")
     steps = [speculative_step(dep, drafter, k, acceptance, batch, context, assume) for k in range(top + 1)]
     return max(steps, key=lambda s: (s.tokens_per_s, -s.draft_tokens))
+
+
+# ---- where speculation runs out of spare compute ------------------------------------------------
+
+MAX_SEARCH_BATCH = 1 << 16  # the batch searches below stop here (no replica holds more sequences)
+
+
+def verify_free_tokens(dep: Deployment, assume: StepAssumptions | None = None) -> float:
+    """T*: tokens per step at which one weight GEMM of the step model turns compute-bound, the
+    roofline ridge in tokens. A GEMM over T tokens reads N K b_w bytes at W x gemv_eff and does
+    2 T N K FLOPs at P x matmul_eff, so the two times meet at
+
+        T* = P x matmul_eff x b_w / (2 W x gemv_eff)        (tokens; b_w bytes per weight)
+
+    which is the chip's ridge (P / W, FLOP/B) times b_w / 2 and the efficiency ratio. The
+    verification pass of k drafts per sequence (batch x (k + 1) tokens through the GEMMs) is free
+    while batch x (k + 1) < T*. A closed form: :func:`verify_ridge_batch` reads the same point off
+    the step model itself."""
+    require(dep)
+    a = assume or step_assumptions()
+    g = dep.chip
+    b_w = bytes_per_element(dep.weight_dtype)
+    return g.peak_flops(dep.compute_dtype) * a.matmul_efficiency * b_w / (2 * g.memory_bandwidth * a.gemv_efficiency)
+
+
+def verify_ridge_batch(dep: Deployment, draft_tokens: int, context: int = 0,
+                       assume: StepAssumptions | None = None) -> float:
+    """Smallest batch at which a weight GEMM of the verification pass of ``draft_tokens`` (k)
+    drafts per sequence (the step model's kernels at ``query_tokens = k + 1``,
+    :func:`lib.perf.step.step_kernels`) runs longer on its FLOPs than on its bytes, by the same
+    per-kernel comparison :func:`decode_step` makes (FLOPs at P x matmul_eff against bytes at
+    W x gemv_eff): from here on every extra drafted token costs tensor-core time. GEMMs only (a
+    near-empty context makes attention's few bytes look compute-bound at any batch). Integer search;
+    math.inf when no batch up to ``MAX_SEARCH_BATCH`` gets there. ``k = 0``: the plain step's."""
+    require(dep)
+    q = integer("draft_tokens", draft_tokens, 0, 32, unit="tokens") + 1
+    context = integer("context", context, 0, unit="tokens")
+    a = assume or step_assumptions()
+    peak = dep.chip.peak_flops(dep.compute_dtype) * a.matmul_efficiency
+    bw = dep.chip.memory_bandwidth * a.gemv_efficiency
+
+    def excess(b: int) -> float:
+        return float(any(k.category == "gemm" and k.flops / peak > (k.weight_bytes + k.kv_bytes + k.other_bytes) / bw
+                         for k in step_kernels(dep, b, context, a, q)))
+
+    return float(_first_true(excess, MAX_SEARCH_BATCH))
+
+
+def _first_true(bad: Callable[[int], float], top: int) -> int | float:
+    """Smallest integer b in 1..top with bad(b) > 0 (bad is monotone in b), else math.inf."""
+    if bad(1) > 0:
+        return 1
+    lo, hi = 1, 2
+    while bad(hi) <= 0:
+        if hi >= top:
+            return math.inf
+        lo, hi = hi, min(2 * hi, top)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if bad(mid) <= 0 else (lo, mid)
+    return hi
+
+
+def break_even_batch(dep: Deployment, drafter: Drafter, draft_tokens: int, acceptance: float, context: int = 0,
+                     assume: StepAssumptions | None = None, max_batch: int = MAX_SEARCH_BATCH) -> float:
+    """The batch at which speculation stops paying: where :func:`speculative_step`'s speedup
+    (replica tokens/s with k drafts over without) falls to 1, found by integer search on the step
+    model (the speedup falls with the batch) and linear interpolation of the speedup between the
+    two integers around the crossing (a fraction: 183.4 sequences, not 183). 1.0 when speculation
+    does not pay even at batch 1; math.inf when it still pays at ``max_batch``."""
+    k = integer("draft_tokens", draft_tokens, 1, 32, unit="tokens")
+    top = integer("max_batch", max_batch, 1, unit="sequences")
+    context = integer("context", context, 0, unit="tokens")
+
+    def up(b: int) -> float:
+        return speculative_step(dep, drafter, k, acceptance, b, context, assume).speedup
+
+    if up(1) <= 1:
+        return 1.0
+    if top < 2:
+        return math.inf
+    lo, hi = 1, 2  # exponential search over powers of two, then regula falsi on the integers
+    while up(hi) > 1:
+        if hi >= top:
+            return math.inf
+        lo, hi = hi, min(2 * hi, top)
+    while hi - lo > 1:
+        s_lo, s_hi = up(lo), up(hi)
+        guess = lo + (s_lo - 1) / (s_lo - s_hi) * (hi - lo)  # the speedup is nearly linear in a bracket
+        for m in dict.fromkeys((min(max(math.floor(guess), lo + 1), hi - 1), min(max(math.ceil(guess), lo + 1), hi - 1),
+                                (lo + hi) // 2)):
+            if lo < m < hi:
+                lo, hi = (m, hi) if up(m) > 1 else (lo, m)
+    s_lo, s_hi = up(lo), up(hi)
+    return lo + (s_lo - 1) / (s_lo - s_hi)
+
+
+def break_even_batch_estimate(acceptance: float, draft_tokens: int, draft_cost: float, ridge_tokens: float) -> float:
+    """Closed form of :func:`break_even_batch` for a step that is all weight read: the plain step
+    costs t (memory-bound, batch below the ridge), the verification pass max(t, t B (k + 1) / T*)
+    (its GEMMs see B (k + 1) tokens), the drafts k c t. The speedup E / (max(1, B (k+1) / T*) + k c)
+    falls to 1 at
+
+        B = T* (E - k c) / (k + 1)         (sequences; E = speculative_tokens_per_step(a, k))
+
+    0 when E <= 1 + k c (no batch pays). It ignores what the step model adds: the KV read (which a
+    verification pass shares across its k + 1 tokens, so long contexts move the real crossing up),
+    fixed per-step costs (idem) and the drafter's cost growing with the batch (down)."""
+    k = integer("draft_tokens", draft_tokens, 1, 32, unit="tokens")
+    c = real("draft_cost", draft_cost, 0)
+    t_star = real("ridge_tokens", ridge_tokens, 0, low_open=True, unit="tokens")
+    e = speculative_tokens_per_step(acceptance, k)
+    if e <= 1 + k * c:
+        return 0.0
+    return t_star * (e - k * c) / (k + 1)
+
+
+def draft_length_table(dep: Deployment, drafter: Drafter, acceptance: float, batch_buckets, context: int = 0,
+                       max_draft_tokens: int = 8, assume: StepAssumptions | None = None) -> tuple[SpeculativeStep, ...]:
+    """The table an engine ships: for each batch bucket (its upper edge; a running batch is padded
+    up to the next captured CUDA-graph size, so the bucket's step is the edge's), the draft length
+    k in 0..max_draft_tokens with the most replica tokens/s (:func:`best_draft_tokens`; k = 0:
+    speculation off). ``batch_buckets``: increasing batch sizes >= 1."""
+    edges = [integer("batch_buckets", b, 1, unit="sequences") for b in batch_buckets]
+    if not edges or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+        raise ValueError(f"batch_buckets must be a non-empty increasing list of batch sizes; got {list(batch_buckets)}")
+    return tuple(best_draft_tokens(dep, drafter, acceptance, b, context, max_draft_tokens, assume) for b in edges)

@@ -144,14 +144,14 @@ _SHARE_FIGURE = figures.LiveFigure(6.0, 3.0, _share_build, _share_draw)
     interactive_output=IntRange(8, 8192, label="interactive output (mean tokens)"),
     batch_prompt=IntRange(16, 65536, label="batch prompt (mean tokens)"),
     batch_output=IntRange(8, 16384, label="batch output (mean tokens)"),
-    batch_max_tokens=IntRange(8, 32768, label="batch max_tokens (reserved)"),
+    batch_headroom=IntRange(0, 32768, label="batch max_tokens above the mean output"),
 )
 def batch_kv_share(model: str, gpu: str, tp: int, tpot_ms: float, interactive_rate: float, interactive_prompt: int,
-                   interactive_output: int, batch_prompt: int, batch_output: int, batch_max_tokens: int) -> View:
+                   interactive_output: int, batch_prompt: int, batch_output: int, batch_headroom: int) -> View:
     """I023: the KV share a batch class may hold before the mean interactive step passes the TPOT
-    target (lib.scheduling.kv_share on the step models, evaluated directly)."""
-    if batch_max_tokens < batch_output:
-        raise ValueError(f"batch_max_tokens={batch_max_tokens} must be >= the batch output ({batch_output})")
+    target (lib.scheduling.kv_share on the step models, evaluated directly). A batch request
+    reserves ``max_tokens = batch_output + batch_headroom`` (so max_tokens is never below the output)."""
+    batch_max_tokens = batch_output + batch_headroom
     cost = DirectStepCost(Deployment(model, gpu, tp=tp))
     loads = dict(interactive_rate=interactive_rate, interactive_prompt=interactive_prompt,
                  interactive_output=interactive_output, batch_prompt=batch_prompt, batch_output=batch_output)

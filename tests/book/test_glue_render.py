@@ -48,3 +48,16 @@ def test_cited_glue_renders_as_glued(path):
     assert not missing, f"glued text not found verbatim in {built.name}: {missing}"
     assert "glued." not in page and "{eval}" not in page, "a citation was left unrendered"
     assert not TUPLE_NUMBER.search(page), f"a number rendered as a tuple: {TUPLE_NUMBER.search(page).group(0)}"
+
+
+DISPLAY_MATH = re.compile(r"\$\$(.+?)\$\$", re.S)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_no_citation_inside_display_math(path):
+    """MathJax typesets $$...$$ itself: a citation inside it reaches the page as the literal
+    ``{eval}`glued.NAME``` text (caught here without a build; the rendered check above needs one)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    inside = [m.group(1).strip()[:80] for c in nb["cells"] if c["cell_type"] == "markdown"
+              for m in DISPLAY_MATH.finditer("".join(c["source"])) if "{eval}" in m.group(1)]
+    assert not inside, f"citations inside $$ math (move the number out of the formula): {inside}"

@@ -116,3 +116,84 @@ def test_inputs_validated():
         sp.speculative_step(TARGET, sp.free_drafter(), 4, 1.5)
     with pytest.raises(ValueError, match="drafter kind"):
         sp.Drafter("x", "oracle", lambda b, c: 0.0)
+
+
+# ---- where speculation runs out of spare compute (break-even batch, ridge, draft-length table) -------------
+
+
+def test_verify_free_tokens_is_the_ridge_in_tokens():
+    """BF16 weights: T* = (P / W) x matmul_eff / gemv_eff (the ridge point in FLOP/B, two bytes a weight)."""
+    from lib.perf.step import step_assumptions
+
+    a = step_assumptions()
+    want = TARGET.chip.ridge_point("bf16") * a.matmul_efficiency / a.gemv_efficiency
+    assert sp.verify_free_tokens(TARGET) == pytest.approx(want, rel=1e-12)
+    fp8 = TARGET.replace(weight_dtype="fp8", compute_dtype="fp8")
+    assert sp.verify_free_tokens(fp8) == pytest.approx(  # twice the FLOP/s over half the bytes
+        fp8.chip.ridge_point("fp8") / 2 * a.matmul_efficiency / a.gemv_efficiency, rel=1e-12)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(0, 6), st.sampled_from([512, 2048, 8192]))
+def test_verify_ridge_batch_matches_a_scan_of_the_step_model(k, context):
+    """Oracle: the first batch whose step (decode_step at k + 1 query tokens) shows compute excess, found by
+    scanning every batch; at these contexts only the GEMMs can turn compute-bound (attention reads
+    8 x (k + 1) FLOP per KV byte at most), so the step's own bucket is the same test."""
+    got = sp.verify_ridge_batch(TARGET, k, context)
+    scan = next(b for b in range(1, 400) if decode_step(TARGET, b, context, query_tokens=k + 1)["compute_excess"] > 0)
+    assert got == scan
+    # and the closed form T* / (k + 1), to one sequence
+    assert abs(got - sp.verify_free_tokens(TARGET) / (k + 1)) <= 1.0
+
+
+def test_break_even_batch_is_where_the_speedup_crosses_one():
+    drafter = sp.model_drafter(DRAFT)
+    b = sp.break_even_batch(TARGET, drafter, 4, 0.7, 512)
+    lo, hi = math.floor(b), math.ceil(b)
+    up = [sp.speculative_step(TARGET, drafter, 4, 0.7, n, 512).speedup for n in (lo, hi)]
+    assert up[0] > 1 >= up[1]
+    # brute force: every batch below pays, the first one at or above does not
+    scan = next(n for n in range(1, 1024) if sp.speculative_step(TARGET, drafter, 4, 0.7, n, 512).speedup <= 1)
+    assert scan == hi
+
+
+def test_break_even_batch_edges():
+    drafter = sp.model_drafter(DRAFT)
+    assert sp.break_even_batch(TARGET, drafter, 4, 0.0, 512) == 1.0  # nothing accepted: never pays
+    assert math.isinf(sp.break_even_batch(TARGET, drafter, 4, 0.8, 8192))  # the shared KV read keeps it paying
+    with pytest.raises(ValueError, match="draft_tokens"):
+        sp.break_even_batch(TARGET, drafter, 0, 0.8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(0.0, 1.0), st.integers(1, 8), st.floats(0.0, 0.3), st.floats(10.0, 1000.0))
+def test_break_even_estimate_solves_its_own_model(a, k, c, t_star):
+    """At the closed form's batch, E / (max(1, B (k + 1) / T*) + k c) = 1 (when some batch pays)."""
+    b = sp.break_even_batch_estimate(a, k, c, t_star)
+    e = sp.speculative_tokens_per_step(a, k)
+    if b == 0:
+        assert e <= 1 + k * c + 1e-12
+    else:
+        assert b <= t_star * (1 + 1e-12)
+        assert e / (max(1.0, b * (k + 1) / t_star) + k * c) == pytest.approx(1.0, rel=1e-9)
+
+
+def test_break_even_estimate_is_close_to_the_step_model_at_short_context():
+    """With little KV to read the step is mostly weights: the closed form lands within 25% of the step model."""
+    drafter = sp.model_drafter(DRAFT)
+    s = sp.speculative_step(TARGET, drafter, 4, 0.7, 1, 0)
+    est = sp.break_even_batch_estimate(0.7, 4, drafter.token_s(1, 0) / s.plain_step_s, sp.verify_free_tokens(TARGET))
+    assert est == pytest.approx(sp.break_even_batch(TARGET, drafter, 4, 0.7, 0), rel=0.25)
+
+
+def test_draft_length_table_is_the_argmax_per_bucket_and_shrinks_with_batch():
+    drafter = sp.model_drafter(DRAFT)
+    edges = [1, 8, 32, 128, 1024]
+    table = sp.draft_length_table(TARGET, drafter, 0.7, edges, 512)
+    for edge, row in zip(edges, table, strict=True):
+        every = [sp.speculative_step(TARGET, drafter, k, 0.7, edge, 512).tokens_per_s for k in range(9)]
+        assert row.batch == edge and row.tokens_per_s == max(every)
+    ks = [r.draft_tokens for r in table]
+    assert ks == sorted(ks, reverse=True) and ks[0] > 0 and ks[-1] == 0
+    with pytest.raises(ValueError, match="batch_buckets"):
+        sp.draft_length_table(TARGET, drafter, 0.8, [8, 4])
