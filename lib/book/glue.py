@@ -42,6 +42,32 @@ def glue_output(name: str, text: str) -> tuple[dict, dict]:
             {"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX}})
 
 
+def plain_text(text: str) -> str:
+    """``text`` without the inline markdown a citation cannot show: a citation pastes its glued text
+    as plain text (in the book and in JupyterLab's live label), so ``**bold**`` and ```code``` would
+    appear with their markers; the markers are dropped, the words kept. Emphasis belongs in the prose
+    around a citation."""
+    return re.sub(r"`([^`\n]*)`", r"\1", re.sub(r"\*\*(.+?)\*\*", r"\1", text, flags=re.S))
+
+
+INLINE_MATH = re.compile(r"\$(?=\S)([^$\n]*?\S)\$(?!\d)")
+
+
+def split_inline_math(text: str) -> list[tuple[bool, str]]:
+    """``text`` cut into (is_math, piece) runs at inline ``$...$`` math: an opening ``$`` followed by
+    a non-space, a closing ``$`` preceded by a non-space and not followed by a digit (pandoc's rule,
+    so "$0.05 and $0.10" stays text)."""
+    out, at = [], 0
+    for m in INLINE_MATH.finditer(text):
+        if m.start() > at:
+            out.append((False, text[at:m.start()]))
+        out.append((True, m.group(1)))
+        at = m.end()
+    if at < len(text):
+        out.append((False, text[at:]))
+    return out
+
+
 def glue(name: str, value: Any, fmt: Callable[..., str] | None = None, *fmt_args: Any) -> Any:
     """Store ``fmt(value, *fmt_args)`` under ``name`` for ``{eval}`glued.name``` in the prose; return ``value``.
 
@@ -59,6 +85,7 @@ def glue(name: str, value: Any, fmt: Callable[..., str] | None = None, *fmt_args
     text = fmt(value, *fmt_args)
     if not isinstance(text, str):
         raise ValueError(f"fmt must return a str for glue {name!r}, got {type(text).__name__}")
+    text = plain_text(text)
     _GLUED[name] = text
     if name in _LIVE:
         _LIVE[name].value = text

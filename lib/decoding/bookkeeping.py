@@ -167,15 +167,17 @@ def greedy_reference(next_token, prompt: tuple, first_token: int, max_tokens: in
 
 
 def run_program(next_token, draft_token, prompt: tuple, first_token: int, max_tokens: int, eos: int,
-                draft_lengths, step=advance) -> list[StepTrace]:
+                draft_lengths, step=advance, max_steps: int | None = None) -> list[StepTrace]:
     """Drive ``step`` (the reference :func:`advance`, or a candidate's) with a target ``next_token(context)``
     and a drafter ``draft_token(context)``, drafting ``draft_lengths[i]`` tokens at step i (the last
-    length repeats) until the sequence finishes. The verification pass's tokens are the target's
-    greedy tokens after each drafted prefix."""
+    length repeats) until the sequence finishes, or after ``max_steps`` steps (None: no limit; a fixed
+    number of steps ends a run without cutting its last step, as an EOS or max_tokens would). The
+    verification pass's tokens are the target's greedy tokens after each drafted prefix."""
+    limit = None if max_steps is None else integer("max_steps", max_steps, 1)
     state = start(len(prompt), first_token, max_tokens, eos)
     trace, i = [], 0
     lengths = list(draft_lengths) or [0]
-    while not state.finished:
+    while not state.finished and (limit is None or i < limit):
         k = lengths[min(i, len(lengths) - 1)]
         ctx = prompt + state.output
         d: list = []

@@ -38,7 +38,7 @@ from lib.inputs import integer
 __all__ = [
     "DFA", "MaskWork", "SCHEMAS", "TokenClasses", "TokenTable", "bitmask_bytes", "classify_tokens",
     "compile_schema", "example_document", "forced_runs", "mask_work", "naive_mask", "pack_bitmask",
-    "JumpForward", "MaskedSpeculativeStep", "MaskedStep", "forced_text", "jump_forward", "PLACEMENTS", "largest_hidden_batch", "masked_speculative_step", "SchemaCosts", "mask_time_s", "masked_step", "precompiled_mask", "schema_costs", "schema_dfa", "state_trace", "token_table",
+    "JumpForward", "MaskedSpeculativeStep", "MaskedStep", "forced_text", "jump_forward", "PLACEMENTS", "largest_hidden_batch", "masked_speculative_step", "SchemaCosts", "mask_time_s", "masked_step", "precompiled_mask", "rule_phrase", "schema_costs", "schema_dfa", "state_trace", "token_table",
     "walk_tokens",
 ]
 
@@ -531,8 +531,26 @@ class SchemaCosts:
 
     @property
     def worst_state(self) -> int:
-        """The state whose naive mask walks the most transitions (inside a string)."""
+        """The state whose naive mask walks the most transitions (inside a string when the schema has one;
+        :func:`rule_phrase` of ``rule[worst_state]`` says where)."""
         return int(np.argmax(self.transitions))
+
+
+def rule_phrase(rule: str) -> str:
+    """Where a state of rule ``rule`` (a :attr:`DFA.rules` name) sits, in plain words for prose:
+    ``"city: string"`` -> "inside the city string", ``"unit: enum"`` -> "inside the unit enum",
+    a literal run -> "inside a fixed key or punctuation run", ``"end"`` -> "at the end of the document"."""
+    if not isinstance(rule, str) or not rule:
+        raise ValueError(f"rule must be a rule name of a compiled schema, got {rule!r}")
+    if rule == "end":
+        return "at the end of the document"
+    if rule.startswith("literal "):
+        return "inside a fixed key or punctuation run"
+    field, sep, kind = rule.rpartition(": ")
+    names = {"string": "string", "integer": "integer", "boolean": "boolean", "enum": "enum", "const": "constant"}
+    if not sep or kind not in names:
+        raise ValueError(f"rule must be 'end', 'literal ...' or 'FIELD: KIND' with KIND in {sorted(names)}, got {rule!r}")
+    return f"inside the {field} {names[kind]}"
 
 
 @lru_cache(maxsize=16)

@@ -44,6 +44,7 @@ __all__ = [
     "VerifyResult",
     "argmax_flips",
     "bf16_round",
+    "binomial_upper_bound",
     "chi_square_statistic",
     "chi_square_test",
     "critical_value",
@@ -53,6 +54,7 @@ __all__ = [
     "kv_slots",
     "near_tie_problem",
     "rejection_verify",
+    "reused_uniform_first_token",
     "step_distribution",
     "stream_distribution",
     "target_stream_distribution",
@@ -171,6 +173,34 @@ def rejection_verify(target_probs, draft_probs, drafted, num_drafted, rng) -> Ve
     tokens[:, :K] = np.where(pos[None, :] < accepted[:, None], d, PAD)
     tokens[rows, accepted] = y
     return VerifyResult(tokens, accepted, accepted + 1, n - accepted)
+
+
+def reused_uniform_first_token(p, q) -> np.ndarray:
+    """Exact distribution of the FIRST emitted token (k >= 1 drafts) of a verifier that samples the
+    final token with the uniform of its last accept test instead of a fresh one (the practice draft
+    "acceptance uniform reused"). The first token is the draft x ~ q when it is accepted (u < p(x)/q(x))
+    and otherwise the residual sample inverse_cdf(norm(max(0, p - q)), u) with the same u, which is then
+    known to lie in [p(x)/q(x), 1): P(y) = min(p, q)(y) + sum_x q(x) |[r_x, 1) & [c_{y-1}, c_y)|, with
+    r_x = p(x)/q(x) and c the residual's CDF (its last positive entry extended to 1, as inverse_cdf caps).
+    A fresh uniform gives p exactly; this one gives p only when the residual has a single token."""
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if p.ndim != 1 or q.shape != p.shape or (p < 0).any() or (q < 0).any():
+        raise ValueError(f"p and q must be probability vectors of the same length, got shapes {p.shape}, {q.shape}")
+    if abs(p.sum() - 1) > 1e-9 or abs(q.sum() - 1) > 1e-9:
+        raise ValueError(f"p and q must each sum to 1, got {p.sum():.12g} and {q.sum():.12g}")
+    out = np.minimum(p, q)
+    residual = np.maximum(p - q, 0.0)
+    if residual.sum() == 0:
+        return out  # p == q: never rejected
+    hi = np.cumsum(residual / residual.sum())
+    last = len(p) - 1 - int(np.argmax(residual[::-1] > 0))
+    hi[last:] = 1.0
+    lo = np.concatenate([[0.0], hi[:-1]])
+    r = _min_ratio(p, q)  # u >= r rejects
+    for x in np.flatnonzero((q > 0) & (r < 1)):
+        out += q[x] * np.clip(hi - np.maximum(lo, r[x]), 0.0, None)
+    return out
 
 
 # ---- exact output distributions by enumeration ---------------------------------------------------
@@ -496,6 +526,34 @@ def argmax_flips(hidden, weight, split: int, output_bf16: bool = True, upstream=
         "gap": (top2[:, 1] - top2[:, 0]).astype(np.float64),
         "ties": int(np.sum(top2[:, 1] == top2[:, 0])),
     }
+
+
+def binomial_upper_bound(events: int, trials: int, confidence: float = 0.95) -> float:
+    """One-sided exact (Clopper-Pearson) upper confidence bound on a rate from ``events`` seen in
+    ``trials`` independent trials: the rate r at which P(X <= events | trials, r) = 1 - confidence,
+    X ~ Binomial(trials, r) (bisection on the binomial CDF, summed in log space). With no events it
+    is 1 - (1 - confidence)^(1/trials), about 3/trials at 95% (the rule of three): a zero count
+    bounds a rate, it does not make it zero. 1.0 when every trial was an event."""
+    n = integer("trials", trials, 1)
+    f = integer("events", events, 0, n)
+    c = real("confidence", confidence, 0, 1, low_open=True, high_open=True)
+    if f == n:
+        return 1.0
+    if f == 0:
+        return 1.0 - (1.0 - c) ** (1.0 / n)
+    logc = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(f + 1)]
+
+    def cdf(r: float) -> float:
+        return sum(math.exp(lc + i * math.log(r) + (n - i) * math.log1p(-r)) for i, lc in enumerate(logc))
+
+    lo, hi = f / n, 1.0  # cdf falls from above 1 - c at the observed rate to 0 at 1
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if cdf(mid) > 1.0 - c:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
 
 
 def near_tie_problem(rows: int, d: int, vocab: int, tie_gap: float, logit_std: float = 4.0, seed: int = 0):

@@ -183,11 +183,11 @@ MAX_DRAFT = 8
 _STATUS_COLORS = {"valid": "C2", "rolled back": "C3", "not written": "0.85"}
 
 
-def one_step(seq_len: int, draft_tokens: int, accepted: int, eos_at: int, room: int):
-    """I098: one greedy speculative step built to the given outcome, through
-    :func:`lib.decoding.bookkeeping.advance`: ``accepted`` drafts match, the target's token at position
-    ``eos_at`` (1-based among the step's candidate tokens; 0: none) is EOS, ``room`` output tokens are
-    left before max_tokens. Returns (state before, state after)."""
+def one_step(seq_len: int, draft_tokens: int, accepted: int, eos_at: int, room: int, step=None):
+    """I098: one greedy speculative step built to the given outcome, through ``step`` (default
+    :func:`lib.decoding.bookkeeping.advance`; a grader draft to see what it does): ``accepted`` drafts
+    match, the target's token at position ``eos_at`` (1-based among the step's candidate tokens; 0: none)
+    is EOS, ``room`` output tokens are left before max_tokens. Returns (state before, state after)."""
     from lib.decoding import bookkeeping as bk
 
     if not 0 <= accepted <= draft_tokens:
@@ -206,7 +206,7 @@ def one_step(seq_len: int, draft_tokens: int, accepted: int, eos_at: int, room: 
         target[-1] = 0 if eos_at == accepted + 1 else 98
     before = bk.SpecState(seq_len - 1, 1 + room, 0, output=(5,), target_kv=seq_len - 1, draft_kv=seq_len - 1,
                           emitted=1)
-    return before, bk.advance(before, tuple(drafted), tuple(target))
+    return before, (step or bk.advance)(before, tuple(drafted), tuple(target))
 
 
 def _book_build(fig) -> SimpleNamespace:

@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from lib.book.glue import cited_names, glued_texts
+from lib.book.glue import cited_names, glued_texts, split_inline_math
 from tools.notebooks import ROOT, notebook_paths
 
 HTML = ROOT / "_build" / "html"
@@ -23,14 +23,18 @@ TUPLE_NUMBER = re.compile(r"\(\d{1,3}, \d{3}\)")
 NOTEBOOKS = notebook_paths()
 
 
-SMART = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})
+
+
+def _as_rendered(text: str) -> str:
+    """A glued text as the built page shows it: inline $...$ math becomes a math node, \\(...\\)."""
+    return "".join(f"\\({piece}\\)" if is_math else piece for is_math, piece in split_inline_math(text))
 
 
 def _text_of(page: str) -> str:
     """The page's visible text, tags dropped, entities decoded, Sphinx's smart quotes undone,
     white space folded."""
     page = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S | re.I)
-    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).translate(SMART).split())
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -44,7 +48,7 @@ def test_cited_glue_renders_as_glued(path):
     assert cited, "the prose cites no glued text"
     texts = glued_texts(nb)
     page = _text_of(built.read_text(encoding="utf-8"))
-    missing = {n: texts[n] for n in cited if n in texts and " ".join(texts[n].split()) not in page}
+    missing = {n: texts[n] for n in cited if n in texts and " ".join(_as_rendered(texts[n]).split()) not in page}
     assert not missing, f"glued text not found verbatim in {built.name}: {missing}"
     assert "glued." not in page and "{eval}" not in page, "a citation was left unrendered"
     assert not TUPLE_NUMBER.search(page), f"a number rendered as a tuple: {TUPLE_NUMBER.search(page).group(0)}"
@@ -61,3 +65,17 @@ def test_no_citation_inside_display_math(path):
     inside = [m.group(1).strip()[:80] for c in nb["cells"] if c["cell_type"] == "markdown"
               for m in DISPLAY_MATH.finditer("".join(c["source"])) if "{eval}" in m.group(1)]
     assert not inside, f"citations inside $$ math (move the number out of the formula): {inside}"
+
+
+MARKDOWN_IN_GLUE = re.compile(r"\*\*|`|^\s*\|", re.M)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_cited_glue_is_plain_text(path):
+    """A citation pastes its glued text as plain text: markdown inside (bold, code spans, table rows)
+    would show literally on the page. Tables belong in a cell's output; emphasis in the prose."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cited = set(cited_names("\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")))
+    texts = glued_texts(nb)
+    marked = {n: texts[n][:60] for n in sorted(cited) if n in texts and MARKDOWN_IN_GLUE.search(texts[n])}
+    assert not marked, f"glued texts cited in prose carry markdown: {marked}"

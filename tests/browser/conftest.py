@@ -166,8 +166,17 @@ def settle(pg) -> None:
     """Wait until a loaded book page has done its own work: MathJax has typeset (its startup
     promise), the explorer snapshots are drawn (their controls present and disabled) and no request
     is in flight. What Playwright's ``networkidle`` waits for, without its fixed 500 ms of quiet."""
-    pg.evaluate("""async () => { if (window.MathJax && MathJax.startup && MathJax.startup.promise)
-                                     await MathJax.startup.promise; }""")
+    from playwright.sync_api import Error as PlaywrightError
+
+    for attempt in range(3):  # a page that redirects (index.html's meta refresh) replaces the context once
+        try:
+            pg.evaluate("""async () => { if (window.MathJax && MathJax.startup && MathJax.startup.promise)
+                                             await MathJax.startup.promise; }""")
+            break
+        except PlaywrightError as err:
+            if "context was destroyed" not in str(err) or attempt == 2:
+                raise
+            pg.wait_for_load_state("load")
     if pg.locator(".explorer-snapshot").count():
         pg.wait_for_function("""() => {
             const c = [...document.querySelectorAll('.explorer-snapshot .cell_output :is(select, input, textarea)')];

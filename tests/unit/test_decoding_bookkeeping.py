@@ -58,3 +58,18 @@ def test_grader_passes_the_reference_and_fails_every_draft():
     for name in vp.BOOKKEEPING_VARIANTS:
         assert vp.check_bookkeeping(vp.bookkeeping_variant(name)).status == "failed", name
     assert vp.check_bookkeeping(vp.bookkeeping_skeleton).status == "not implemented"
+
+
+def test_max_steps_stops_without_cutting_a_step():
+    """A run limited by max_steps ends on an uncut step: every step emits accepted + 1 tokens, and it is
+    the prefix of the same run without a limit."""
+    target = vp.toy_target(3, eos_share=0.0)
+    drafter = vp.toy_drafter(target, 3, 0.8)
+    prompt = (1, 2, 3)
+    short = bk.run_program(target, drafter, prompt, target(prompt), 10**6, vp.BOOK_EOS, [4], max_steps=12)
+    assert len(short) == 12 and not short[-1].state.finished
+    assert short[-1].state.emitted - 1 == sum(tr.accepted + 1 for tr in short)
+    full = bk.run_program(target, drafter, prompt, target(prompt), 200, vp.BOOK_EOS, [4])  # 12 steps emit <= 60
+    assert [(tr.state.output, tr.accepted) for tr in full[:12]] == [(tr.state.output, tr.accepted) for tr in short]
+    with pytest.raises(ValueError, match="max_steps"):
+        bk.run_program(target, drafter, prompt, target(prompt), 60, vp.BOOK_EOS, [4], max_steps=0)

@@ -338,3 +338,17 @@ def test_production_explorer():
 
     v = render("decoding.structured_output", schema="tool_call", model="llama-3.1-8b", gpu="h100-sxm", batch=64)
     assert v.values["off_canonical"] > 0 and 0.01 < v.values["compile_s"] < 1.0
+
+
+def test_rule_phrase_names_every_rule_and_refuses_junk():
+    for name in g.SCHEMAS:
+        for r in g.schema_dfa(name).rules:
+            assert g.rule_phrase(r)
+    assert g.rule_phrase("city: string") == "inside the city string"
+    assert g.rule_phrase("unit: enum") == "inside the unit enum"
+    # the worst state is the string's body when the schema has a string, and not otherwise
+    assert "string" in g.rule_phrase(g.schema_costs("tool_call").rule[g.schema_costs("tool_call").worst_state])
+    assert "string" not in g.rule_phrase(g.schema_costs("enum_only").rule[g.schema_costs("enum_only").worst_state])
+    for bad in ("", "city", "city: float", None):
+        with pytest.raises(ValueError):
+            g.rule_phrase(bad)

@@ -210,3 +210,57 @@ def test_the_vectorized_bootstrap_statistic_is_the_scalar_one():
             counts[(6,)] = int(row[-1])
             want = V.chi_square_statistic(counts, expected)[0]
             assert (math.isinf(g) and math.isinf(want)) or math.isclose(g, want, rel_tol=1e-9), (n, g, want)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 4])
+def test_reused_uniform_first_token_is_the_code_drafts_first_token(seed):
+    """The exact first-token distribution of the reused-uniform draft against that draft's own samples
+    (k = 2, chi-square), and it differs from p unless the residual has one token."""
+    p, q = _fixed_tables(seed, 2)
+    exact = V.reused_uniform_first_token(p[0], q[0])
+    assert exact.sum() == pytest.approx(1.0, abs=1e-12)
+    from lib.book.drafts import edited
+
+    draft = edited(V.rejection_verify, vp._DRAFTS["acceptance uniform reused"][1], name="reused")
+    counts = _empirical(draft, p, q, 40_000, seed)
+    first: dict = {}
+    for s, c in counts.items():
+        first[s[:1]] = first.get(s[:1], 0) + c
+    want = {(i,): float(x) for i, x in enumerate(exact)}
+    stat, crit = V.chi_square_test([first], [want])
+    assert stat < crit
+    if (np.maximum(p[0] - q[0], 0) > 0).sum() > 1:
+        assert 0.5 * np.abs(exact - p[0]).sum() > 1e-3
+        stat_p, crit_p = V.chi_square_test([first], [{(i,): float(x) for i, x in enumerate(p[0])}])
+        assert stat_p > crit_p
+
+
+def test_reused_uniform_first_token_edge_cases():
+    p = np.array([0.7, 0.3])
+    assert np.allclose(V.reused_uniform_first_token(p, p), p)  # never rejected
+    q = np.array([0.4, 0.6])  # one residual token: the uniform does not matter
+    assert np.allclose(V.reused_uniform_first_token(p, q), p)
+    with pytest.raises(ValueError, match="sum to 1"):
+        V.reused_uniform_first_token([0.5, 0.4], [0.5, 0.5])
+
+
+def test_binomial_upper_bound_is_clopper_pearson_and_covers():
+    import math
+
+    # no events: closed form, close to the rule of three
+    assert V.binomial_upper_bound(0, 300) == pytest.approx(1 - 0.05 ** (1 / 300))
+    assert V.binomial_upper_bound(0, 300) == pytest.approx(3 / 300, rel=0.01)
+    # at the bound, P(X <= f) = 1 - confidence (the binomial CDF summed directly)
+    for f, n in ((1, 20), (3, 300), (10, 50)):
+        r = V.binomial_upper_bound(f, n, 0.9)
+        cdf = sum(math.comb(n, i) * r**i * (1 - r) ** (n - i) for i in range(f + 1))
+        assert cdf == pytest.approx(0.1, abs=1e-9) and r > f / n
+    assert V.binomial_upper_bound(5, 5) == 1.0
+    assert V.binomial_upper_bound(2, 100) < V.binomial_upper_bound(3, 100) < V.binomial_upper_bound(3, 100, 0.99)
+    # coverage, exactly: summed over every outcome, the bound lies above the true rate with probability >= 95%
+    for rate, n in ((0.01, 300), (0.2, 40), (0.003, 1000)):
+        cover = sum(math.comb(n, f) * rate**f * (1 - rate) ** (n - f)
+                    for f in range(n + 1) if f >= rate * n or V.binomial_upper_bound(f, n) >= rate)  # bound > f/n
+        assert 0.95 <= cover < 0.999
+    with pytest.raises(ValueError, match="events"):
+        V.binomial_upper_bound(4, 3)

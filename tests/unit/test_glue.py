@@ -99,3 +99,20 @@ def test_glue_default_and_formatter_arguments():
     g.glue("ratio", 0.125)
     assert g.text("ratio") == "0.125"
     g.forget()
+
+
+def test_glued_text_is_plain():
+    """Citations paste plain text, so glue drops bold and code-span markers and keeps the words."""
+    from lib.book.glue import plain_text
+
+    assert plain_text("from **480 to 1,824** tokens, `long_prefill_token_threshold`") == \
+        "from 480 to 1,824 tokens, long_prefill_token_threshold"
+    assert plain_text("2**3 stays") == "2**3 stays" and plain_text("no markup") == "no markup"
+
+
+def test_inline_math_in_glued_text_is_found_and_money_is_not():
+    from lib.book.glue import split_inline_math
+
+    assert split_inline_math("so $T^* = 2$ tokens") == [(False, "so "), (True, "T^* = 2"), (False, " tokens")]
+    assert split_inline_math("$0.05 and $0.10/kWh") == [(False, "$0.05 and $0.10/kWh")]
+    assert split_inline_math("$x$") == [(True, "x")] and split_inline_math("") == []
