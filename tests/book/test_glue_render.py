@@ -26,8 +26,9 @@ NOTEBOOKS = notebook_paths()
 
 
 def _as_rendered(text: str) -> str:
-    """A glued text as the built page shows it: inline $...$ math becomes a math node, \\(...\\)."""
-    return "".join(f"\\({piece}\\)" if is_math else piece for is_math, piece in split_inline_math(text))
+    """A glued text as the built page's text shows it: inline $...$ math becomes a math node, \\(...\\),
+    set off by the spaces :func:`_text_of` leaves where its tags were."""
+    return "".join(f" \\({piece}\\) " if is_math else piece for is_math, piece in split_inline_math(text))
 
 
 def _text_of(page: str) -> str:
