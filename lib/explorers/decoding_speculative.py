@@ -19,6 +19,14 @@ TARGETS = ("llama-3.1-70b", "llama-3.1-8b", "llama-3.1-405b")
 DRAFTS = ("llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b")
 GPUS = ("h100-sxm", "h200", "b200", "a100-sxm", "mi300x")
 TPS = (1, 2, 4, 8)
+SETUP_DOMAINS = dict(  # the deployment, drafter and acceptance both explorers start from
+    target=Choice(TARGETS, label="target"),
+    draft=Choice(DRAFTS, label="draft model"),
+    gpu=Choice(GPUS, label="GPU"),
+    tp=Choice(TPS, label="tensor parallel (both)"),
+    weight_dtype=Choice(("bf16", "fp8"), label="weights"),
+    acceptance=FloatRange(0.0, 1.0, 0.05, label="acceptance rate"),
+)
 GRID = tuple(1 << i for i in range(11))  # batches 1 .. 1,024 on the curve
 MAX_BATCH = 4096  # the curve's break-even search stops here
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)  # the draft-length table's batch buckets
@@ -128,12 +136,7 @@ def break_even_phrase(break_even: float, max_batch: int = MAX_BATCH) -> str:
 
 @explorer(
     "decoding.speculation_batch",
-    target=Choice(TARGETS, label="target"),
-    draft=Choice(DRAFTS, label="draft model"),
-    gpu=Choice(GPUS, label="GPU"),
-    tp=Choice(TPS, label="tensor parallel (both)"),
-    weight_dtype=Choice(("bf16", "fp8"), label="weights"),
-    acceptance=FloatRange(0.0, 1.0, 0.05, label="acceptance rate"),
+    **SETUP_DOMAINS,
     draft_tokens=IntRange(1, 8, label="drafted tokens k"),
     context=IntRange(0, 32768, label="context (tokens)"),
     batch=IntRange(1, 1024, log=True, label="batch (sequences)"),
@@ -237,12 +240,7 @@ _TABLE_FIGURE = figures.LiveFigure(6.0, 3.4, _table_build, _table_draw)
 
 @explorer(
     "decoding.draft_length_table",
-    target=Choice(TARGETS, label="target"),
-    draft=Choice(DRAFTS, label="draft model"),
-    gpu=Choice(GPUS, label="GPU"),
-    tp=Choice(TPS, label="tensor parallel (both)"),
-    weight_dtype=Choice(("bf16", "fp8"), label="weights"),
-    acceptance=FloatRange(0.0, 1.0, 0.05, label="acceptance rate"),
+    **SETUP_DOMAINS,
     context=IntRange(0, 32768, label="context (tokens)"),
     max_draft_tokens=IntRange(1, 8, label="longest draft"),
 )
