@@ -1,0 +1,375 @@
+"""The training step on a parallel layout: the one model of a training step's time, memory and MFU.
+
+A :class:`TrainingLayout` places ``n = tp x cp x dp x pp`` GPUs in Megatron's order, tensor
+parallelism innermost: a TP group is ``tp`` consecutive GPUs (inside a node while tp <= the node),
+then context parallelism, then data parallelism (expert parallelism, for an MoE, inside the
+cp x dp ranks), then pipeline stages outermost. Each group's collective is priced by
+:func:`lib.perf.collectives.collective` with the number of its members that share a node, so a
+DP group under TP8 is a ring over the network (one rank per node) and TP8 stays on NVLink.
+
+Per step (``micro_batches`` micro-batches of ``micro_batch`` sequences per DP rank):
+
+* compute: hardware FLOPs per GPU (:func:`lib.training.flops.hardware_flops_per_token`, recompute
+  included) / (dense peak x ``training.gemm_efficiency``), plus memory-bound kernels as
+  ``training.nonmatmul_overhead`` x that time;
+* tensor parallelism: per layer and micro-batch, 2 collectives of the micro-batch's activations
+  in the forward, 2 in the backward (2 more when full recompute re-runs the forward), each an
+  all-reduce, or with sequence parallelism a reduce-scatter + all-gather of the same bytes;
+  exposed except ``training.tp_overlap``;
+* context parallelism (ring attention, pass-KV): per layer and micro-batch, cp - 1 hops of the
+  GPU's K/V chunk forward and twice that backward (K/V and their gradients), each hidden under
+  the attention of the local queries against the chunk just received; only the excess is exposed;
+* expert parallelism: per MoE layer and micro-batch, dispatch + combine all-to-alls of each
+  token's top-k copies in the forward and again in the backward, exposed;
+* pipeline: 1F1B with ``interleave`` virtual stages: the step is (m + (pp - 1) / v) micro-batch
+  times (Narayanan et al. 2021), plus the stage-boundary sends on the fill and drain path;
+* data parallelism: the gradients of the parameters a GPU owns, reduced over the dp x cp ranks
+  that replicate them (all-reduce; ZeRO 1-2: reduce-scatter + all-gather of the weights; ZeRO 3
+  / FSDP: weights all-gathered in the forward and backward of every micro-batch), hidden under
+  ``training.dp_overlap`` of the last micro-batch's backward (every micro-batch's, for ZeRO 3);
+* optimizer: ``training.optimizer_bytes_per_param`` bytes per owned (ZeRO: sharded) parameter
+  over HBM bandwidth.
+
+MFU = model FLOPs of the step (:func:`lib.training.flops.model_flops_per_token` x tokens) /
+(n x dense peak x step time). Not modelled: host and data-loader stalls, stragglers, failures
+(see :mod:`lib.training.reliability`), load imbalance between experts.
+
+SI units: seconds, bytes, FLOP.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field, replace
+
+from lib.inputs import fraction, integer
+from lib.perf.collectives import collective, gpus_per_node, send
+from lib.registry import assumptions
+from lib.registry.dtypes import bytes_per_element
+from lib.registry.hardware import GPU, gpu
+from lib.registry.models import Model, model
+from lib.training import flops, state
+
+__all__ = ["TrainingAssumptions", "TrainingLayout", "TrainingStep", "training_assumptions", "training_memory",
+           "training_step"]
+
+
+@dataclass(frozen=True)
+class TrainingAssumptions:
+    """The modelling numbers of the training step that are not datasheet facts (data/assumptions.yaml, training)."""
+
+    gemm_efficiency: float
+    nonmatmul_overhead: float
+    dp_overlap: float
+    tp_overlap: float
+    optimizer_bytes_per_param: float
+
+    def __post_init__(self) -> None:
+        fraction("gemm_efficiency", self.gemm_efficiency, allow_zero=False)
+        if not 0 <= self.nonmatmul_overhead <= 5:
+            raise ValueError(f"nonmatmul_overhead must be in [0, 5], got {self.nonmatmul_overhead!r}")
+        fraction("dp_overlap", self.dp_overlap)
+        fraction("tp_overlap", self.tp_overlap)
+        if self.optimizer_bytes_per_param < 0:
+            raise ValueError(f"optimizer_bytes_per_param must be >= 0, got {self.optimizer_bytes_per_param!r}")
+
+
+def training_assumptions(**overrides) -> TrainingAssumptions:
+    """The central values of ``training.*`` in data/assumptions.yaml, with ``overrides``."""
+    names = ("gemm_efficiency", "nonmatmul_overhead", "dp_overlap", "tp_overlap", "optimizer_bytes_per_param")
+    unknown = set(overrides) - set(names)
+    if unknown:
+        raise ValueError(f"unknown training assumption(s) {sorted(unknown)}; valid: {', '.join(names)}")
+    base = {n: float(assumptions.value(f"training.{n}")) for n in names}
+    return TrainingAssumptions(**{**base, **overrides})
+
+
+@dataclass(frozen=True)
+class TrainingLayout:
+    """A training job: model, chip, parallel degrees and batch shape (module docstring)."""
+
+    model: str | Model
+    gpu: str | GPU
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    seq_len: int = 8192
+    micro_batch: int = 1  # sequences per micro-batch per DP rank
+    micro_batches: int = 1  # micro-batches per step per DP rank (gradient accumulation; the pipeline's m)
+    zero_stage: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = True
+    interleave: int = 1  # virtual pipeline stages per GPU
+    dtype: str = "bf16"  # the matmul dtype (its dense peak)
+    node_gpus: int | None = None  # GPUs per node; default lib.perf.collectives.gpus_per_node
+
+    def __post_init__(self) -> None:
+        m, g = self.mdl, self.chip
+        for name in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "micro_batches", "interleave"):
+            integer(name, getattr(self, name), 1)
+        m.check_tp(self.tp)
+        s = integer("seq_len", self.seq_len, 1, unit="tokens")
+        if s > m.max_position_embeddings:
+            raise ValueError(f"seq_len must be at most {m.key}'s {m.max_position_embeddings:,}-token window, got {s:,}")
+        if s % self.cp:
+            raise ValueError(f"cp={self.cp} must divide seq_len={s:,} (each context rank holds seq_len / cp tokens)")
+        if self.pp > m.num_layers:
+            raise ValueError(f"pp={self.pp} must be at most {m.key}'s {m.num_layers} layers")
+        if self.interleave > 1 and (self.pp == 1 or self.pp * self.interleave > m.num_layers):
+            raise ValueError(f"interleave={self.interleave} needs pp > 1 and pp x interleave at most "
+                             f"the {m.num_layers} layers")
+        if self.ep > 1:
+            if not m.is_moe:
+                raise ValueError(f"ep={self.ep} needs a mixture-of-experts model; {m.key} is dense")
+            if m.num_experts % self.ep or (self.dp * self.cp) % self.ep:
+                raise ValueError(f"ep={self.ep} must divide {m.key}'s {m.num_experts} experts and dp x cp = "
+                                 f"{self.dp * self.cp}")
+        if self.zero_stage not in state.ZERO_STAGES:
+            raise ValueError(f"zero_stage must be one of {state.ZERO_STAGES}; got {self.zero_stage!r}")
+        if self.recompute not in flops.RECOMPUTE:
+            raise ValueError(f"recompute must be one of {', '.join(flops.RECOMPUTE)}; got {self.recompute!r}")
+        g.peak_flops(self.dtype)
+        node = self.node
+        if self.tp > node and self.tp % node:
+            raise ValueError(f"tp={self.tp} spans nodes of {node} GPUs: it must be a multiple of {node}")
+
+    @property
+    def mdl(self) -> Model:
+        return model(self.model)
+
+    @property
+    def chip(self) -> GPU:
+        return gpu(self.gpu)
+
+    @property
+    def node(self) -> int:
+        return gpus_per_node(self.node_gpus, self.chip)
+
+    @property
+    def n_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens one optimizer step trains on: dp x micro-batches x micro-batch x seq_len."""
+        return self.dp * self.micro_batches * self.micro_batch * self.seq_len
+
+    @property
+    def layers_per_stage(self) -> int:
+        return math.ceil(self.mdl.num_layers / self.pp)
+
+    def members_per_node(self, stride: int, size: int) -> int:
+        """Members of a group of ``size`` ranks spaced ``stride`` apart that share one node."""
+        return max(1, min(size, self.node // stride)) if stride < self.node else 1
+
+    @property
+    def label(self) -> str:
+        parts = [f"TP{self.tp}"] + [f"{k}{v}" for k, v in (("CP", self.cp), ("EP", self.ep), ("PP", self.pp))
+                                    if v > 1] + [f"DP{self.dp}"]
+        return f"{self.mdl.key} on {self.n_gpus:,} x {self.chip.name}, {' '.join(parts)}"
+
+    def replace(self, **changes) -> TrainingLayout:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """One optimizer step on a layout, seconds per bucket (module docstring); per GPU."""
+
+    layout: TrainingLayout
+    assume: TrainingAssumptions
+    model_flops_per_gpu: float
+    hardware_flops_per_gpu: float
+    matmul_s: float  # every matmul, recompute included
+    recompute_s: float  # the part of matmul_s that re-runs forward work
+    nonmatmul_s: float
+    tp_s: float
+    tp_exposed_s: float
+    cp_s: float
+    cp_exposed_s: float
+    ep_s: float
+    ep_exposed_s: float
+    bubble_s: float
+    p2p_exposed_s: float
+    dp_s: float
+    dp_exposed_s: float
+    optimizer_s: float
+    fabrics: dict = field(default_factory=dict)  # axis -> the link its collective crossed
+
+    @property
+    def micro_batch_s(self) -> float:
+        """One micro-batch on one stage: compute and the exposed TP / CP / EP communication."""
+        lay = self.layout
+        return (self.matmul_s + self.nonmatmul_s + self.tp_exposed_s + self.cp_exposed_s
+                + self.ep_exposed_s) / lay.micro_batches
+
+    @property
+    def step_s(self) -> float:
+        """m micro-batches + pipeline bubble + fill/drain sends + exposed DP + optimizer."""
+        return (self.micro_batch_s * self.layout.micro_batches + self.bubble_s + self.p2p_exposed_s
+                + self.dp_exposed_s + self.optimizer_s)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.layout.tokens_per_step / self.step_s
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs per GPU / (dense peak x step time)."""
+        return self.model_flops_per_gpu / (self.layout.chip.peak_flops(self.layout.dtype) * self.step_s)
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs (recompute included) per GPU / (dense peak x step time)."""
+        return self.hardware_flops_per_gpu / (self.layout.chip.peak_flops(self.layout.dtype) * self.step_s)
+
+    @property
+    def ideal_s(self) -> float:
+        """Model FLOPs per GPU at the full dense peak: the time an MFU of 100% would take."""
+        return self.model_flops_per_gpu / self.layout.chip.peak_flops(self.layout.dtype)
+
+    @property
+    def buckets(self) -> dict[str, float]:
+        """Where the step goes, seconds, summing to ``step_s``: useful matmul work at the dense
+        peak, then each loss in turn."""
+        matmul_useful = self.matmul_s - self.recompute_s
+        return {
+            "model FLOPs at peak": self.ideal_s,
+            "GEMM efficiency": matmul_useful - self.ideal_s,
+            "recompute": self.recompute_s,
+            "non-matmul kernels": self.nonmatmul_s,
+            "TP communication": self.tp_exposed_s,
+            "CP communication": self.cp_exposed_s,
+            "EP all-to-all": self.ep_exposed_s,
+            "pipeline bubble": self.bubble_s + self.p2p_exposed_s,
+            "DP communication": self.dp_exposed_s,
+            "optimizer": self.optimizer_s,
+        }
+
+
+def _collective_s(lay: TrainingLayout, kind: str, message: float, size: int, stride: int) -> tuple[float, str]:
+    if size == 1 or message <= 0:
+        return 0.0, "none"
+    k = lay.members_per_node(stride, size)
+    c = collective(kind, message, size, lay.chip, nodes_gpus=k)
+    return c.time_s, ("network" if k == 1 else c.fabric)
+
+
+@functools.lru_cache(maxsize=512)
+def _step(lay: TrainingLayout, a: TrainingAssumptions) -> TrainingStep:
+    m, g = lay.mdl, lay.chip
+    e = bytes_per_element("bf16")
+    n, peak = lay.n_gpus, g.peak_flops(lay.dtype)
+    tokens = lay.tokens_per_step
+    model_f = flops.model_flops_per_token(m, lay.seq_len) * tokens / n
+    hw_f = flops.hardware_flops_per_token(m, lay.seq_len, lay.recompute) * tokens / n
+    rate = peak * a.gemm_efficiency
+    matmul_s, recompute_s = hw_f / rate, (hw_f - model_f) / rate
+    nonmatmul_s = a.nonmatmul_overhead * matmul_s
+    fabrics: dict[str, str] = {}
+    mb, L, layers = lay.micro_batches, m.num_layers, lay.layers_per_stage
+    local_tokens = lay.micro_batch * lay.seq_len // lay.cp  # one micro-batch's tokens on a TP group
+
+    # tensor parallelism: 4 (6 with full recompute) activation collectives per layer and micro-batch
+    act = local_tokens * m.hidden_size * e
+    per_layer = 6 if lay.recompute == "full" else 4
+    one, fabrics["TP"] = _collective_s(lay, "all_reduce", act, lay.tp, 1)
+    tp_s = one * per_layer * layers * mb
+    tp_exposed = (1.0 - a.tp_overlap) * tp_s
+
+    # context parallelism: ring of K/V chunks, hidden under the attention of each hop
+    cp_s = cp_exposed = 0.0
+    if lay.cp > 1:
+        kv_share = m.kv_share_per_rank(lay.tp)
+        chunk = local_tokens * m.kv_elements_per_token_per_layer() * kv_share * e
+        across = lay.tp * 1 >= lay.node  # the ring's neighbour is tp ranks away
+        hop = send(chunk, g, across_nodes=across)
+        fabrics["CP"] = hop.fabric
+        # attention FLOPs of the local queries against one chunk (causal, load-balanced: half)
+        hop_flops = m.attention_flops_per_token(1) / L * local_tokens * (lay.seq_len / lay.cp) / 2 / lay.tp
+        hop_compute = hop_flops / rate
+        hops = (lay.cp - 1) * layers * mb * 3  # forward, and twice the bytes and FLOPs backward
+        cp_s = hop.time_s * hops
+        cp_exposed = max(0.0, hop.time_s - hop_compute) * hops
+
+    # expert parallelism: dispatch + combine, forward and backward, per MoE layer
+    ep_s = 0.0
+    if lay.ep > 1:
+        moe_layers = math.ceil(m.num_moe_layers / lay.pp)
+        tok = local_tokens / (lay.tp if lay.sequence_parallel else 1)
+        msg = tok * m.experts_per_token * m.hidden_size * e
+        one, fabrics["EP"] = _collective_s(lay, "all_to_all", msg, lay.ep, lay.tp * lay.cp)
+        ep_s = one * (6 if lay.recompute == "full" else 4) * moe_layers * mb
+    ep_exposed = ep_s
+
+    # pipeline: bubble and the fill/drain sends
+    bubble = p2p = 0.0
+    compute_mb = (matmul_s + nonmatmul_s + tp_exposed + cp_exposed + ep_exposed) / mb
+    if lay.pp > 1:
+        bubble = (lay.pp - 1) / lay.interleave * compute_mb
+        boundary = local_tokens * m.hidden_size * e / (lay.tp if lay.sequence_parallel else 1)
+        across = lay.tp * lay.cp * lay.dp >= lay.node
+        hop = send(boundary, g, across_nodes=across)
+        fabrics["PP"] = hop.fabric
+        p2p = 2 * (lay.pp - 1) * hop.time_s
+
+    # data parallelism: gradients of the owned parameters over the dp x cp replicas
+    owned = state.state_bytes_per_gpu(m, lay.tp, lay.pp, 1, 0, ep=lay.ep)["weights"] / e  # parameters
+    grad_bytes = owned * e
+    replicas = lay.dp * lay.cp
+    dp_s = dp_exposed = 0.0
+    if replicas > 1:
+        stride = lay.tp
+        if lay.zero_stage == 0:
+            dp_s, fabrics["DP"] = _collective_s(lay, "all_reduce", grad_bytes, replicas, stride)
+        else:
+            rs, fabrics["DP"] = _collective_s(lay, "reduce_scatter", grad_bytes, replicas, stride)
+            ag, _ = _collective_s(lay, "all_gather", grad_bytes, replicas, stride)
+            dp_s = rs + ag * (2 * mb if lay.zero_stage == 3 else 1)
+        backward_mb = (matmul_s - recompute_s) * 2 / 3 / mb
+        if lay.zero_stage == 3:  # every micro-batch gathers weights and reduces gradients under its compute
+            dp_exposed = mb * max(0.0, dp_s / mb - a.dp_overlap * compute_mb)
+        else:
+            dp_exposed = max(0.0, dp_s - a.dp_overlap * backward_mb)
+
+    # optimizer: a memory-bound pass over the owned (ZeRO: sharded) parameters
+    shard = replicas if lay.zero_stage >= 1 else 1
+    optimizer_s = owned / shard * a.optimizer_bytes_per_param / g.memory_bandwidth
+
+    return TrainingStep(lay, a, model_f, hw_f, matmul_s, recompute_s, nonmatmul_s, tp_s, tp_exposed, cp_s,
+                        cp_exposed, ep_s, ep_exposed, bubble, p2p, dp_s, dp_exposed, optimizer_s, fabrics)
+
+
+def training_step(layout: TrainingLayout, assume: TrainingAssumptions | None = None) -> TrainingStep:
+    """The step of ``layout`` under ``assume`` (default :func:`training_assumptions`)."""
+    if not isinstance(layout, TrainingLayout):
+        raise ValueError(f"layout must be a TrainingLayout, got {type(layout).__name__}")
+    return _step(layout, assume or training_assumptions())
+
+
+def training_memory(layout: TrainingLayout) -> dict[str, float]:
+    """Bytes per GPU at the peak of a step: the training state (ZeRO over dp x cp), the first
+    stage's activations (1F1B: min(pp, m) micro-batches in flight, interleaving adds), and the
+    last stage's fp32 logits; ``total``, the driver-visible ``capacity`` and ``headroom``."""
+    from lib.perf.memory import visible_memory_bytes
+
+    lay = layout
+    m = lay.mdl
+    st = state.state_bytes_per_gpu(m, lay.tp, lay.pp, lay.dp * lay.cp, lay.zero_stage, ep=lay.ep)
+    local = lay.seq_len // lay.cp
+    per_layer = state.layer_activation_bytes(m, local, lay.micro_batch, tp=lay.tp,
+                                             sequence_parallel=lay.sequence_parallel, recompute=lay.recompute)
+    in_flight = state.in_flight_micro_batches(lay.pp, lay.micro_batches, lay.interleave)
+    first = per_layer * lay.layers_per_stage * in_flight
+    logits = lay.micro_batch * local * state.logits_bytes_per_token(m, lay.tp)
+    last = per_layer * lay.layers_per_stage + logits
+    activations = max(first, last) if lay.pp > 1 else first + logits
+    out = {k: v for k, v in st.items() if k != "total"}
+    out["activations"] = activations
+    out["total"] = st["total"] + activations
+    out["capacity"] = visible_memory_bytes(lay.chip)
+    out["headroom"] = out["capacity"] - out["total"]
+    return out
