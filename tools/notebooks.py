@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -50,13 +51,15 @@ def section_folders() -> dict[str, Path]:
     return {p.name.split("-", 1)[1]: p for p in sorted(CHAPTERS.iterdir()) if p.is_dir()}
 
 
+@functools.cache
 def load_bank() -> dict | None:
-    """The question bank (sections and questions), or None when ../shared is not beside the repo."""
+    """The question bank (sections and questions), or None when ../shared is not beside the repo.
+    Parsed once per process (libyaml when present): treat the result as read-only."""
     if not BANK.is_file():
         return None
     import yaml
 
-    return yaml.safe_load(BANK.read_text(encoding="utf-8"))
+    return yaml.load(BANK.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def toc_files() -> list[str]:
