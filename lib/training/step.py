@@ -135,6 +135,12 @@ class TrainingLayout:
         node = self.node
         if self.tp > node and self.tp % node:
             raise ValueError(f"tp={self.tp} spans nodes of {node} GPUs: it must be a multiple of {node}")
+        for axis, size, stride in (("cp", self.cp, self.tp), ("dp x cp", self.dp * self.cp, self.tp),
+                                   ("ep", self.ep, self.tp * self.cp)):
+            k = self.members_per_node(stride, size)
+            if size > k and size % k:
+                raise ValueError(f"the {axis} group ({size} ranks, {k} of them per {node}-GPU node) does not "
+                                 f"fill whole nodes: make {axis} a multiple of {k} or at most {k}")
 
     @property
     def mdl(self) -> Model:
