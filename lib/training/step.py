@@ -204,6 +204,8 @@ class TrainingStep:
     dp_exposed_s: float
     optimizer_s: float
     fabrics: dict = field(default_factory=dict)  # axis -> the link its collective crossed
+    cp_hop_send_s: float = 0.0  # one ring hop's K/V send (context parallelism), per layer and micro-batch
+    cp_hop_compute_s: float = 0.0  # the attention it hides under: local queries against the chunk received
 
     @property
     def micro_batch_s(self) -> float:
@@ -287,7 +289,7 @@ def _step(lay: TrainingLayout, a: TrainingAssumptions) -> TrainingStep:
     tp_exposed = (1.0 - a.tp_overlap) * tp_s
 
     # context parallelism: ring of K/V chunks, hidden under the attention of each hop
-    cp_s = cp_exposed = 0.0
+    cp_s = cp_exposed = hop_send = hop_compute = 0.0
     if lay.cp > 1:
         kv_share = m.kv_share_per_rank(lay.tp)
         chunk = local_tokens * m.kv_elements_per_token_per_layer() * kv_share * e
@@ -298,8 +300,9 @@ def _step(lay: TrainingLayout, a: TrainingAssumptions) -> TrainingStep:
         hop_flops = m.attention_flops_per_token(1) / L * local_tokens * (lay.seq_len / lay.cp) / 2 / lay.tp
         hop_compute = hop_flops / rate
         hops = (lay.cp - 1) * layers * mb * 3  # forward, and twice the bytes and FLOPs backward
-        cp_s = hop.time_s * hops
-        cp_exposed = max(0.0, hop.time_s - hop_compute) * hops
+        hop_send = hop.time_s
+        cp_s = hop_send * hops
+        cp_exposed = max(0.0, hop_send - hop_compute) * hops
 
     # expert parallelism: dispatch + combine, forward and backward, per MoE layer
     ep_s = 0.0
@@ -346,7 +349,8 @@ def _step(lay: TrainingLayout, a: TrainingAssumptions) -> TrainingStep:
     optimizer_s = owned / shard * a.optimizer_bytes_per_param / g.memory_bandwidth
 
     return TrainingStep(lay, a, model_f, hw_f, matmul_s, recompute_s, nonmatmul_s, tp_s, tp_exposed, cp_s,
-                        cp_exposed, ep_s, ep_exposed, bubble, p2p, dp_s, dp_exposed, optimizer_s, fabrics)
+                        cp_exposed, ep_s, ep_exposed, bubble, p2p, dp_s, dp_exposed, optimizer_s, fabrics,
+                        hop_send, hop_compute)
 
 
 def training_step(layout: TrainingLayout, assume: TrainingAssumptions | None = None) -> TrainingStep:
@@ -358,8 +362,9 @@ def training_step(layout: TrainingLayout, assume: TrainingAssumptions | None = N
 
 def training_memory(layout: TrainingLayout) -> dict[str, float]:
     """Bytes per GPU at the peak of a step: the training state (ZeRO over dp x cp), the first
-    stage's activations (1F1B: min(pp, m) micro-batches in flight, interleaving adds), and the
-    last stage's fp32 logits; ``total``, the driver-visible ``capacity`` and ``headroom``."""
+    stage's activations (1F1B: min(pp, m) micro-batches in flight, interleaving adds; under full
+    recompute the layer inputs plus the one layer the backward rebuilds), and the last stage's fp32
+    logits; ``total``, the driver-visible ``capacity`` and ``headroom``."""
     from lib.perf.memory import visible_memory_bytes
 
     lay = layout
@@ -369,9 +374,13 @@ def training_memory(layout: TrainingLayout) -> dict[str, float]:
     per_layer = state.layer_activation_bytes(m, local, lay.micro_batch, tp=lay.tp,
                                              sequence_parallel=lay.sequence_parallel, recompute=lay.recompute)
     in_flight = state.in_flight_micro_batches(lay.pp, lay.micro_batches, lay.interleave)
-    first = per_layer * lay.layers_per_stage * in_flight
+    rebuilt = 0.0  # full recompute: the backward rebuilds one layer's whole set of activations at a time
+    if lay.recompute == "full":
+        rebuilt = state.layer_activation_bytes(m, local, lay.micro_batch, tp=lay.tp,
+                                               sequence_parallel=lay.sequence_parallel)
+    first = per_layer * lay.layers_per_stage * in_flight + rebuilt
     logits = lay.micro_batch * local * state.logits_bytes_per_token(m, lay.tp)
-    last = per_layer * lay.layers_per_stage + logits
+    last = per_layer * lay.layers_per_stage + rebuilt + logits
     activations = max(first, last) if lay.pp > 1 else first + logits
     out = {k: v for k, v in st.items() if k != "total"}
     out["activations"] = activations

@@ -194,3 +194,20 @@ def test_goodput_terms():
     g = reliability.goodput(1800.0, 60.0, 10800.0, 900.0)
     assert g.lost == pytest.approx(60 / 1800 + 900 / 10800 + 900 / 10800)
     assert g.failures_per_day == pytest.approx(8.0)
+
+
+def test_full_recompute_holds_the_inputs_and_one_rebuilt_layer():
+    lay = TrainingLayout("llama-3.1-70b", "h100-sxm", tp=8, seq_len=8192, recompute="full")
+    mem = training_memory(lay)
+    local = dict(tp=8, sequence_parallel=True)
+    inputs = state.layer_activation_bytes("llama-3.1-70b", 8192, 1, recompute="full", **local) * lay.layers_per_stage
+    one_layer = state.layer_activation_bytes("llama-3.1-70b", 8192, 1, **local)
+    logits = 8192 * state.logits_bytes_per_token("llama-3.1-70b", 8)
+    assert mem["activations"] == pytest.approx(inputs + one_layer + logits)
+
+
+def test_ring_hop_fields_price_the_exposed_cp_time():
+    s = training_step(TrainingLayout("llama-3.1-8b", "h100-sxm", tp=8, cp=4, seq_len=32768))
+    hops = (4 - 1) * s.layout.layers_per_stage * 1 * 3
+    assert s.cp_s == pytest.approx(s.cp_hop_send_s * hops)
+    assert s.cp_exposed_s == pytest.approx(max(0.0, s.cp_hop_send_s - s.cp_hop_compute_s) * hops)
