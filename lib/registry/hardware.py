@@ -41,6 +41,12 @@ class GPU:
     tensor_clock_hz: float | None = None  # the clock the dense tensor-core peak is computed at
     compute_capability: str | None = None  # NVIDIA's "9.0" etc. (lib.kernels.sm reads its per-SM limits); None on AMD
 
+    def __hash__(self) -> int:
+        """Hashable although its mappings are not (caches key on a GPU, e.g. a what-if
+        ``dataclasses.replace(gpu("h100-sxm"), scaleout_bandwidth=...)``): the scalar fields."""
+        return hash((self.key, self.name, self.memory_bytes, self.memory_bandwidth, self.scaleup_bandwidth,
+                     self.scaleout_bandwidth, tuple(sorted(self.peak_flops_by_dtype.items()))))
+
     def peak_flops(self, dtype: str = "bf16") -> float:
         """Dense peak in FLOP/s for matmuls in ``dtype`` (raises if the chip has no such unit)."""
         try:
