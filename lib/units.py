@@ -74,6 +74,12 @@ def fmt_count(n: float, digits: int = 3) -> str:
     return sig(n, digits)
 
 
+def fmt_sci(x: float, digits: int = 3) -> str:
+    """Scientific notation with ``digits`` significant digits: ``6.35e24`` (the FLOP of a run)."""
+    mantissa, exponent = f"{real('value', x):.{digits - 1}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
 def fmt_pct(fraction: float, digits: int = 3) -> str:
     """A fraction as a percentage: ``0.613 -> '61.3%'``."""
     return f"{sig(100 * fraction, digits)}%"

@@ -24,9 +24,10 @@ from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
 
 __all__ = [
-    "ATTENTION_CONVENTIONS", "RECOMPUTE", "default_mfu", "gpus_for_deadline", "hardware_flops_per_token",
-    "mfu", "model_flops_per_token", "next_power_of_two", "six_n_d", "training_flops", "training_time_s",
-    "training_tokens_per_s", "usd_per_training_token",
+    "ATTENTION_CONVENTIONS", "RECOMPUTE", "default_mfu", "eval_time_fraction",
+    "fleet_margin", "gpus_for_deadline", "hardware_flops_per_token", "mfu", "model_flops_per_token",
+    "next_power_of_two", "six_n_d", "training_flops", "training_time_s",
+    "training_tokens_per_s", "usd_per_flop", "usd_per_training_token",
 ]
 
 ATTENTION_CONVENTIONS = ("full", "causal")
@@ -131,3 +132,40 @@ def usd_per_training_token(mdl: str | Model, seq_len: int, chip: str | GPU, mfu:
 
     usd_per_s = gpu_hour_cost(1, usd_per_gpu_hour) / 3600.0
     return usd_per_s / (_peak(chip, dtype) * default_mfu(mfu)) * model_flops_per_token(mdl, seq_len, attention)
+
+
+# ---- the margin on a fleet, and the price of a FLOP (N038, N041); stragglers: lib.training.stragglers -------------------------------------
+
+
+def eval_time_fraction(eval_tokens: float, train_tokens_between: float, relative_speed: float = 1.0) -> float:
+    """Fraction of wall time spent evaluating: ``eval_tokens`` forward-only tokens (1/3 of a training
+    token's FLOPs) every ``train_tokens_between`` training tokens, evaluation running at
+    ``relative_speed`` x the training FLOP rate: e / (e + K) with e = E / (3 x speed)."""
+    e = real("eval_tokens", eval_tokens, 0)
+    k = real("train_tokens_between", train_tokens_between, 0, low_open=True)
+    v = real("relative_speed", relative_speed, 0, low_open=True)
+    if v > 1.5:
+        raise ValueError(f"relative_speed must be at most 1.5 (evaluation FLOP rate / training FLOP rate), got {v!r}")
+    cost = e / (3.0 * v)
+    return cost / (cost + k)
+
+
+def fleet_margin(lost_fractions) -> float:
+    """Extra GPUs, as a fraction of the compute-only count, that give back the wall time lost to
+    independent causes that each take a fraction f_i of it: 1 / prod(1 - f_i) - 1."""
+    keep = 1.0
+    for i, f in enumerate(lost_fractions):
+        v = real(f"lost_fractions[{i}]", f, 0)
+        if v >= 1:
+            raise ValueError(f"lost_fractions[{i}] must be below 1 (a fraction of wall time), got {f!r}")
+        keep *= 1.0 - v
+    return 1.0 / keep - 1.0
+
+
+def usd_per_flop(chip: str | GPU, mfu: float | None = None, usd_per_gpu_hour: float | None = None,
+                 dtype: str = "bf16") -> float:
+    """Dollars per useful (model) FLOP: price per GPU-second / (dense peak x MFU). The price defaults
+    to ``serving_memory.gpu_hour_usd``."""
+    from lib.perf.memory import gpu_hour_cost
+
+    return gpu_hour_cost(1, usd_per_gpu_hour) / 3600.0 / (_peak(chip, dtype) * default_mfu(mfu))

@@ -24,7 +24,8 @@ from lib.inputs import integer, real
 from lib.registry import assumptions
 
 __all__ = [
-    "Goodput", "daly_interval_s", "failure_rate_per_gpu_s", "goodput", "job_mtbf_s", "lost_fraction",
+    "Goodput", "async_interval_s", "async_lost_fraction", "checkpoint_transfer_s", "daly_interval_s",
+    "restart_loss_breakdown", "simulate_async_goodput", "failure_rate_per_gpu_s", "goodput", "job_mtbf_s", "lost_fraction",
     "simulate_goodput", "young_interval_s",
 ]
 
@@ -69,12 +70,10 @@ def daly_interval_s(checkpoint_s: float, mtbf_s: float) -> float:
 
 def lost_fraction(interval_s: float, checkpoint_s: float, mtbf_s: float, restart_s: float = 0.0) -> float:
     """First-order fraction of wall time lost: C / tau + (tau / 2 + R) / MTBF (capped at 1).
-    ``checkpoint_s`` is the time the job is blocked per checkpoint (0 for a fully asynchronous write)."""
-    tau = real("interval_s", interval_s, 0, low_open=True, unit="seconds")
-    c = real("checkpoint_s", checkpoint_s, 0, unit="seconds")
-    m = real("mtbf_s", mtbf_s, 0, low_open=True, unit="seconds")
-    r = real("restart_s", restart_s, 0, unit="seconds")
-    return min(1.0, c / tau + (tau / 2.0 + r) / m)
+    ``checkpoint_s`` is the time the job is blocked per checkpoint (0 for a fully asynchronous write);
+    the no-drain case of :func:`async_lost_fraction`."""
+    real("checkpoint_s", checkpoint_s, 0, unit="seconds")
+    return async_lost_fraction(interval_s, checkpoint_s, 0.0, mtbf_s, restart_s)
 
 
 @dataclass(frozen=True)
@@ -112,29 +111,108 @@ def simulate_goodput(interval_s: float, checkpoint_s: float, mtbf_s: float, rest
     ``mtbf_s`` (none during a restart), work checkpointed every ``interval_s`` of progress at a
     blocking cost ``checkpoint_s``; a failure loses the work and any write since the last
     completed checkpoint and costs ``restart_s``. Averages ``runs`` jobs of ``work_s`` useful
-    seconds (default 200 MTBFs). Deterministic for a ``seed``."""
-    import numpy as np
+    seconds (default 200 MTBFs). Deterministic for a ``seed``. The blocking case (no drain) of
+    :func:`simulate_async_goodput`, which samples failure by failure."""
+    real("checkpoint_s", checkpoint_s, 0, unit="seconds")
+    return simulate_async_goodput(interval_s, checkpoint_s, 0.0, mtbf_s, restart_s, work_s, seed, runs)
 
+
+# ---- the write itself, asynchronous checkpoints, and the restart's parts (N017, N021) -------------------------------
+
+
+def checkpoint_transfer_s(total_bytes: float, writers: int, writer_bytes_per_s: float,
+                          storage_bytes_per_s: float | None = None) -> float:
+    """Seconds to move a checkpoint of ``total_bytes`` split evenly over ``writers``, each at
+    ``writer_bytes_per_s``, into (or out of) a store that takes at most ``storage_bytes_per_s`` in all
+    (None: no cap): total / min(writers x per-writer, storage). One rank writing everything is
+    ``writers=1``; a sharded write has every rank write its own slice."""
+    b = real("total_bytes", total_bytes, 0, unit="bytes")
+    n = integer("writers", writers, 1)
+    w = real("writer_bytes_per_s", writer_bytes_per_s, 0, low_open=True, unit="bytes/s")
+    rate = n * w
+    if storage_bytes_per_s is not None:
+        rate = min(rate, real("storage_bytes_per_s", storage_bytes_per_s, 0, low_open=True, unit="bytes/s"))
+    return b / rate
+
+
+def _async_inputs(interval_s, blocking_s, drain_s, mtbf_s, restart_s):
     tau = real("interval_s", interval_s, 0, low_open=True, unit="seconds")
-    c = real("checkpoint_s", checkpoint_s, 0, unit="seconds")
+    b = real("blocking_s", blocking_s, 0, unit="seconds")
+    d = real("drain_s", drain_s, 0, unit="seconds")
     m = real("mtbf_s", mtbf_s, 0, low_open=True, unit="seconds")
     r = real("restart_s", restart_s, 0, unit="seconds")
+    if d > tau:
+        raise ValueError(f"interval_s ({tau:.6g} s) must be at least drain_s ({d:.6g} s): a new asynchronous "
+                         "checkpoint cannot start before the previous one has drained to storage")
+    return tau, b, d, m, r
+
+
+def async_lost_fraction(interval_s: float, blocking_s: float, drain_s: float, mtbf_s: float,
+                        restart_s: float = 0.0) -> float:
+    """First-order lost fraction of an asynchronous checkpoint: the job blocks ``blocking_s`` per
+    checkpoint (the snapshot to host memory), then the write drains to storage in the background for
+    ``drain_s`` (at most the interval). A failure rolls back to the last *durable* checkpoint, which
+    lags by the drain: the rewound work is tau / 2 + D on average, so
+    lost = B / tau + (tau / 2 + D + R) / M (capped at 1). With D = 0 it is :func:`lost_fraction`."""
+    tau, b, d, m, r = _async_inputs(interval_s, blocking_s, drain_s, mtbf_s, restart_s)
+    return min(1.0, b / tau + (tau / 2.0 + d + r) / m)
+
+
+def async_interval_s(blocking_s: float, drain_s: float, mtbf_s: float) -> float:
+    """The interval minimising :func:`async_lost_fraction`: Young's sqrt(2 B M) on the blocking time,
+    but never below the drain D (the next checkpoint waits for the last): max(D, sqrt(2 B M))."""
+    b = real("blocking_s", blocking_s, 0, unit="seconds")
+    d = real("drain_s", drain_s, 0, unit="seconds")
+    m = real("mtbf_s", mtbf_s, 0, low_open=True, unit="seconds")
+    young = math.sqrt(2.0 * b * m)
+    if young == 0 and d == 0:
+        raise ValueError("blocking_s and drain_s cannot both be 0: the optimum interval would be 0")
+    return max(d, young)
+
+
+def simulate_async_goodput(interval_s: float, blocking_s: float, drain_s: float, mtbf_s: float,
+                           restart_s: float = 0.0, work_s: float | None = None, seed: int = 0,
+                           runs: int = 200) -> float:
+    """Monte Carlo of an asynchronous checkpoint: useful work / wall time. The job computes
+    ``interval_s`` of work, blocks ``blocking_s`` for the snapshot, and checkpoint j becomes durable
+    ``drain_s`` after its snapshot ends; failures are exponential with mean ``mtbf_s`` (none during a
+    restart); a failure costs ``restart_s`` and rolls back to the last durable checkpoint. Sampled
+    failure by failure (O(1) per failure), ``runs`` jobs of ``work_s`` useful seconds (default 200
+    MTBFs). With ``drain_s = 0`` it is the same process as :func:`simulate_goodput`."""
+    import numpy as np
+
+    tau, b, d, m, r = _async_inputs(interval_s, blocking_s, drain_s, mtbf_s, restart_s)
     work = 200.0 * m if work_s is None else real("work_s", work_s, 0, low_open=True, unit="seconds")
     integer("runs", runs, 1)
     rng = np.random.default_rng(integer("seed", seed, 0))
-    segments = math.ceil(work / tau)
+    period = tau + b
     wall_total = 0.0
     for _ in range(runs):
-        wall, done = 0.0, 0
-        next_fail = rng.exponential(m)
-        while done < segments:
-            seg = min(tau, work - done * tau) + c  # compute one interval, then write its checkpoint
-            if next_fail >= seg:
-                wall += seg
-                next_fail -= seg
-                done += 1
-            else:
-                wall += next_fail + r
-                next_fail = rng.exponential(m)
+        wall, prog = 0.0, 0.0
+        while True:
+            remaining = work - prog
+            n = max(1, math.ceil(remaining / tau - 1e-12))  # segments left, the last one possibly short
+            finish = remaining + n * b
+            x = rng.exponential(m)
+            if x >= finish:
+                wall += finish
+                break
+            k = min(int(x // period), n - 1)  # snapshots completed before the failure
+            durable = 0 if x < d else min(int((x - d) // period), k)
+            prog += durable * tau
+            wall += x + r
         wall_total += wall
     return work * runs / wall_total
+
+
+def restart_loss_breakdown(mtbf_s: float, interval_s: float, detect_s: float, reschedule_s: float,
+                           reload_s: float, blocking_s: float = 0.0, drain_s: float = 0.0) -> dict[str, float]:
+    """The lost fraction of :func:`async_lost_fraction` split by cause (fractions of wall time):
+    ``detection`` D_det / M, ``rescheduling`` D_sched / M, ``reload`` D_load / M (the restart
+    R = their sum), ``rewound`` (tau / 2 + drain) / M, ``checkpoint`` blocking / tau. Their sum is
+    ``async_lost_fraction(interval, blocking, drain, M, R)`` below the cap."""
+    parts = {k: real(k, v, 0, unit="seconds") for k, v in
+             (("detect_s", detect_s), ("reschedule_s", reschedule_s), ("reload_s", reload_s))}
+    tau, b, d, m, _ = _async_inputs(interval_s, blocking_s, drain_s, mtbf_s, 0.0)
+    return {"detection": parts["detect_s"] / m, "rescheduling": parts["reschedule_s"] / m,
+            "reload": parts["reload_s"] / m, "rewound": (tau / 2.0 + d) / m, "checkpoint": b / tau}

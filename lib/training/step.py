@@ -25,7 +25,8 @@ Per step (``micro_batches`` micro-batches of ``micro_batch`` sequences per DP ra
   times (Narayanan et al. 2021), plus the stage-boundary sends on the fill and drain path;
 * data parallelism: the gradients of the parameters a GPU owns, reduced over the dp x cp ranks
   that replicate them (all-reduce; ZeRO 1-2: reduce-scatter + all-gather of the weights; ZeRO 3
-  / FSDP: weights all-gathered in the forward and backward of every micro-batch), hidden under
+  / FSDP: weights all-gathered in the forward and backward of every micro-batch and its gradients
+  reduce-scattered after each), hidden under
   ``training.dp_overlap`` of the last micro-batch's backward (every micro-batch's, for ZeRO 3);
 * optimizer: ``training.optimizer_bytes_per_param`` bytes per owned (ZeRO: sharded) parameter
   over HBM bandwidth.
@@ -42,6 +43,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from lib.inputs import fraction, integer
 from lib.perf.collectives import collective, gpus_per_node, send
@@ -51,7 +53,7 @@ from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
 from lib.training import flops, state
 
-__all__ = ["TrainingAssumptions", "TrainingLayout", "TrainingStep", "training_assumptions", "training_memory",
+__all__ = ["Call", "TrainingAssumptions", "axis_calls", "TrainingLayout", "TrainingStep", "training_assumptions", "training_memory",
            "training_step"]
 
 
@@ -258,6 +260,61 @@ class TrainingStep:
         }
 
 
+class Call(NamedTuple):
+    """One kind of communication a step makes on one parallel axis, per GPU."""
+
+    payload: str  # what moves
+    kind: str  # all_reduce | all_gather | reduce_scatter | all_to_all | send
+    message_bytes: float  # per call: the rank's buffer (the full gathered buffer for all-gather / reduce-scatter)
+    calls: int  # per step
+    group: int  # ranks in the collective (2 for a send)
+    stride: int  # rank distance between neighbouring members: where they sit (TrainingLayout.members_per_node)
+
+
+def axis_calls(layout: TrainingLayout) -> dict[str, list[Call]]:
+    """Every collective and send of one step, by axis (TP, CP, EP, PP, DP; axes of degree 1 left
+    out), as the step model prices them (module docstring): the one description of a step's traffic.
+
+    TP: 4 (6 under full recompute) all-reduces of a micro-batch's activations per layer; CP: the
+    ring's K/V chunk, cp - 1 hops per layer, three times (forward; K/V and their gradients back);
+    EP: dispatch and combine of each token's top-k copies, forward and backward, per MoE layer; PP:
+    the boundary activations forward and their gradients back, per micro-batch; DP: the owned
+    parameters' gradients (all-reduce; ZeRO 1-2: reduce-scatter + all-gather once a step; ZeRO 3:
+    per micro-batch, two all-gathers and a reduce-scatter)."""
+    lay = layout
+    m = lay.mdl
+    e = bytes_per_element("bf16")
+    mb, layers = lay.micro_batches, lay.layers_per_stage
+    local_tokens = lay.micro_batch * lay.seq_len // lay.cp
+    per_layer = 6 if lay.recompute == "full" else 4
+    out: dict[str, list[Call]] = {}
+    if lay.tp > 1:
+        out["TP"] = [Call("activations", "all_reduce", local_tokens * m.hidden_size * e, per_layer * layers * mb,
+                          lay.tp, 1)]
+    if lay.cp > 1:
+        chunk = local_tokens * m.kv_elements_per_token_per_layer() * m.kv_share_per_rank(lay.tp) * e
+        out["CP"] = [Call("K/V chunks", "send", chunk, (lay.cp - 1) * layers * mb * 3, 2, lay.tp)]
+    if lay.ep > 1:
+        tok = local_tokens / (lay.tp if lay.sequence_parallel else 1)
+        moe_layers = math.ceil(m.num_moe_layers / lay.pp)
+        out["EP"] = [Call("token copies", "all_to_all", tok * m.experts_per_token * m.hidden_size * e,
+                          per_layer * moe_layers * mb, lay.ep, lay.tp * lay.cp)]
+    if lay.pp > 1:
+        boundary = local_tokens * m.hidden_size * e / (lay.tp if lay.sequence_parallel else 1)
+        out["PP"] = [Call("stage boundary", "send", boundary, 2 * mb, 2, lay.tp * lay.cp * lay.dp)]
+    replicas = lay.dp * lay.cp
+    if replicas > 1:
+        grads = state.state_bytes_per_gpu(m, lay.tp, lay.pp, 1, 0, ep=lay.ep)["weights"]
+        if lay.zero_stage == 0:
+            out["DP"] = [Call("gradients", "all_reduce", grads, 1, replicas, lay.tp)]
+        else:
+            per_step = mb if lay.zero_stage == 3 else 1
+            out["DP"] = [Call("gradients", "reduce_scatter", grads, per_step, replicas, lay.tp),
+                         Call("weights", "all_gather", grads, 2 * per_step if lay.zero_stage == 3 else 1,
+                              replicas, lay.tp)]
+    return out
+
+
 def _collective_s(lay: TrainingLayout, kind: str, message: float, size: int, stride: int) -> tuple[float, str]:
     if size == 1 or message <= 0:
         return 0.0, "none"
@@ -278,68 +335,59 @@ def _step(lay: TrainingLayout, a: TrainingAssumptions) -> TrainingStep:
     matmul_s, recompute_s = hw_f / rate, (hw_f - model_f) / rate
     nonmatmul_s = a.nonmatmul_overhead * matmul_s
     fabrics: dict[str, str] = {}
-    mb, L, layers = lay.micro_batches, m.num_layers, lay.layers_per_stage
+    mb, L = lay.micro_batches, m.num_layers
     local_tokens = lay.micro_batch * lay.seq_len // lay.cp  # one micro-batch's tokens on a TP group
+    calls = axis_calls(lay)
 
-    # tensor parallelism: 4 (6 with full recompute) activation collectives per layer and micro-batch
-    act = local_tokens * m.hidden_size * e
-    per_layer = 6 if lay.recompute == "full" else 4
-    one, fabrics["TP"] = _collective_s(lay, "all_reduce", act, lay.tp, 1)
-    tp_s = one * per_layer * layers * mb
+    def priced(axis: str) -> list[float]:
+        """Seconds of one call of each of the axis's collectives (and its fabric, recorded)."""
+        out = []
+        for c in calls.get(axis, []):
+            if c.kind == "send":
+                hop = send(c.message_bytes, g, across_nodes=c.stride >= lay.node)
+                t, fabric = hop.time_s, hop.fabric
+            else:
+                t, fabric = _collective_s(lay, c.kind, c.message_bytes, c.group, c.stride)
+            fabrics.setdefault(axis, fabric)
+            out.append(t)
+        return out
+
+    def total(axis: str) -> float:
+        return sum(t * c.calls for t, c in zip(priced(axis), calls.get(axis, []), strict=True))
+
+    # tensor parallelism: on the critical path except the overlapped share
+    tp_s = total("TP")
     tp_exposed = (1.0 - a.tp_overlap) * tp_s
 
-    # context parallelism: ring of K/V chunks, hidden under the attention of each hop
+    # context parallelism: each ring hop hides under the attention of the local queries against the
+    # chunk just received (causal, load-balanced: half of a full block)
     cp_s = cp_exposed = hop_send = hop_compute = 0.0
-    if lay.cp > 1:
-        kv_share = m.kv_share_per_rank(lay.tp)
-        chunk = local_tokens * m.kv_elements_per_token_per_layer() * kv_share * e
-        across = lay.tp * 1 >= lay.node  # the ring's neighbour is tp ranks away
-        hop = send(chunk, g, across_nodes=across)
-        fabrics["CP"] = hop.fabric
-        # attention FLOPs of the local queries against one chunk (causal, load-balanced: half)
+    if "CP" in calls:
+        (hop_send,), (ring,) = priced("CP"), calls["CP"]
         hop_flops = m.attention_flops_per_token(1) / L * local_tokens * (lay.seq_len / lay.cp) / 2 / lay.tp
         hop_compute = hop_flops / rate
-        hops = (lay.cp - 1) * layers * mb * 3  # forward, and twice the bytes and FLOPs backward
-        hop_send = hop.time_s
-        cp_s = hop_send * hops
-        cp_exposed = max(0.0, hop_send - hop_compute) * hops
+        cp_s = hop_send * ring.calls
+        cp_exposed = max(0.0, hop_send - hop_compute) * ring.calls
 
-    # expert parallelism: dispatch + combine, forward and backward, per MoE layer
-    ep_s = 0.0
-    if lay.ep > 1:
-        moe_layers = math.ceil(m.num_moe_layers / lay.pp)
-        tok = local_tokens / (lay.tp if lay.sequence_parallel else 1)
-        msg = tok * m.experts_per_token * m.hidden_size * e
-        one, fabrics["EP"] = _collective_s(lay, "all_to_all", msg, lay.ep, lay.tp * lay.cp)
-        ep_s = one * (6 if lay.recompute == "full" else 4) * moe_layers * mb
+    # expert parallelism: exposed
+    ep_s = total("EP")
     ep_exposed = ep_s
 
-    # pipeline: bubble and the fill/drain sends
+    # pipeline: bubble and the sends on the fill and drain path (the rest overlap the other stages)
     bubble = p2p = 0.0
     compute_mb = (matmul_s + nonmatmul_s + tp_exposed + cp_exposed + ep_exposed) / mb
-    if lay.pp > 1:
+    if "PP" in calls:
         bubble = (lay.pp - 1) / lay.interleave * compute_mb
-        boundary = local_tokens * m.hidden_size * e / (lay.tp if lay.sequence_parallel else 1)
-        across = lay.tp * lay.cp * lay.dp >= lay.node
-        hop = send(boundary, g, across_nodes=across)
-        fabrics["PP"] = hop.fabric
-        p2p = 2 * (lay.pp - 1) * hop.time_s
+        p2p = 2 * (lay.pp - 1) * priced("PP")[0]
 
-    # data parallelism: gradients of the owned parameters over the dp x cp replicas
+    # data parallelism: hidden under the backward of the last micro-batch (ZeRO 3: of every one)
     owned = state.state_bytes_per_gpu(m, lay.tp, lay.pp, 1, 0, ep=lay.ep)["weights"] / e  # parameters
-    grad_bytes = owned * e
     replicas = lay.dp * lay.cp
-    dp_s = dp_exposed = 0.0
-    if replicas > 1:
-        stride = lay.tp
-        if lay.zero_stage == 0:
-            dp_s, fabrics["DP"] = _collective_s(lay, "all_reduce", grad_bytes, replicas, stride)
-        else:
-            rs, fabrics["DP"] = _collective_s(lay, "reduce_scatter", grad_bytes, replicas, stride)
-            ag, _ = _collective_s(lay, "all_gather", grad_bytes, replicas, stride)
-            dp_s = rs + ag * (2 * mb if lay.zero_stage == 3 else 1)
+    dp_s = total("DP")
+    dp_exposed = 0.0
+    if dp_s:
         backward_mb = (matmul_s - recompute_s) * 2 / 3 / mb
-        if lay.zero_stage == 3:  # every micro-batch gathers weights and reduces gradients under its compute
+        if lay.zero_stage == 3:
             dp_exposed = mb * max(0.0, dp_s / mb - a.dp_overlap * compute_mb)
         else:
             dp_exposed = max(0.0, dp_s - a.dp_overlap * backward_mb)

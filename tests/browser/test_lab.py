@@ -16,6 +16,10 @@ from lib.perf import roofline
 from lib.units import sig
 from tools.notebooks import ROOT
 
+# every Lab test on one worker, so one JupyterLab server starts (the static book's page checks
+# spread over both workers: ./book test runs this folder with -n 2 --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("lab")
+
 NOTEBOOK = "chapters/01-roofline/ridge-point.ipynb"
 
 
