@@ -97,6 +97,30 @@ MARGIN_LABELS = {"failures": "failures and restarts", "stragglers": "stragglers"
                  "scale": "MFU lost to scale"}
 
 
+def failure_cost(model, n_gpus: int) -> SimpleNamespace:
+    """What failures cost a synchronous job of ``n_gpus`` training ``model`` (a name or a registry model):
+    Llama 3's interruption rate per GPU gives the job MTBF M; a blocking checkpoint of the model's
+    training state (``lib.training.checkpoint``) written at the file system's sustained rate
+    (``training.checkpoint_storage_tbps``) takes C; a restart R is detection + rescheduling + init
+    (``training.restart_*_minutes``) plus reading the checkpoint back at the same rate; the interval is
+    Young's sqrt(2CM). Returns mtbf_s, interval_s, write_s, restart_s, checkpoint_bytes and goodput
+    (``reliability.goodput``: .lost is the fraction of wall time lost)."""
+    from lib.registry import assumptions
+    from lib.training import checkpoint, reliability
+
+    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
+        raise ValueError(f"n_gpus must be a positive integer, got {n_gpus!r}")
+    m = models.model(model) if isinstance(model, str) else model
+    ck_bytes = checkpoint.checkpoint_bytes(m)
+    write_s = reliability.checkpoint_transfer_s(ck_bytes, 1, assumptions.value("training.checkpoint_storage_tbps") * 1e12)
+    restart_s = 60 * sum(assumptions.value(f"training.restart_{k}_minutes") for k in ("detect", "reschedule", "init"))
+    restart_s += write_s  # read the checkpoint back at the same rate
+    mtbf = reliability.job_mtbf_s(n_gpus)
+    tau = reliability.young_interval_s(write_s, mtbf)
+    return SimpleNamespace(mtbf_s=mtbf, interval_s=tau, write_s=write_s, restart_s=restart_s, checkpoint_bytes=ck_bytes,
+                           goodput=reliability.goodput(tau, write_s, mtbf, restart_s))
+
+
 def fleet_plan(model: str, tokens_t: float, gpu: str, deadline_days: float, mfu: float, step_cv: float = 0.01,
                eval_tokens_b: float = 1.0, eval_every_b: float = 50.0, eval_speed: float = 0.5,
                mfu_from_smaller_fleet: bool = True) -> SimpleNamespace:
@@ -113,7 +137,7 @@ def fleet_plan(model: str, tokens_t: float, gpu: str, deadline_days: float, mfu:
     import math
 
     from lib.registry import assumptions
-    from lib.training import checkpoint, flops, reliability, stragglers
+    from lib.training import flops, stragglers
 
     m = models.model(model)
     if not 0 < deadline_days <= 3650:
@@ -121,17 +145,13 @@ def fleet_plan(model: str, tokens_t: float, gpu: str, deadline_days: float, mfu:
     c = flops.six_n_d(m.params_active, tokens_t * 1e12)
     deadline_s = deadline_days * DAY_S
     base = flops.gpus_for_deadline(c, deadline_s, gpu, mfu)
-    ck_bytes = checkpoint.checkpoint_bytes(m)
-    write_s = reliability.checkpoint_transfer_s(ck_bytes, 1, assumptions.value("training.checkpoint_storage_tbps") * 1e12)
-    restart_s = 60 * sum(assumptions.value(f"training.restart_{k}_minutes") for k in ("detect", "reschedule", "init"))
-    restart_s += write_s  # read the checkpoint back at the same rate
     lo, hi = assumptions.value_range("training.mfu_llama3_8k")
     scale = 1 - lo / hi if mfu_from_smaller_fleet else 0.0
     n = max(1, math.ceil(base))
     for _ in range(6):
-        mtbf = reliability.job_mtbf_s(n)
-        tau = reliability.young_interval_s(write_s, mtbf)
-        g = reliability.goodput(tau, write_s, mtbf, restart_s)
+        f = failure_cost(m, n)
+        mtbf, tau, g = f.mtbf_s, f.interval_s, f.goodput
+        write_s, restart_s, ck_bytes = f.write_s, f.restart_s, f.checkpoint_bytes
         if g.lost >= 0.5:
             raise ValueError(f"at {n:,} GPUs the job is interrupted every {sig(mtbf / 60)} minutes against a restart of "
                              f"{sig(restart_s / 60)} minutes: failures would take half the time or more; relax the "
@@ -346,6 +366,9 @@ def mfu_breakdown(model: str, gpu: str, tp: int, pp: int, dp: int, seq_len: int,
     st = training_step(lay)
     mfu = flops.mfu(lay.tokens_per_step / t, lay.mdl, seq_len, lay.n_gpus, lay.chip)
     hfu = mfu * flops.hardware_flops_per_token(lay.mdl, seq_len, recompute) / flops.model_flops_per_token(lay.mdl, seq_len)
+    if hfu > 1:
+        raise ValueError(f"a {sig(t)} s step on {lay.label} would execute {fmt_pct(hfu)} of the dense peak: faster than "
+                         f"the hardware; step_s must be at least {sig(t * hfu)} s")
     shares = {k: v / t for k, v in st.buckets.items()}
     shares["not modelled"] = (t - st.step_s) / t
     return SimpleNamespace(layout=lay, step=st, step_s=t, mfu=mfu, hfu=hfu, shares=shares)

@@ -43,6 +43,9 @@ def gap_analysis(model: str, gpu: str, tp: int, pp: int, dp: int, micro_batches:
 
     lay = fitted_layout(model, gpu, tp, pp, dp, micro_batches)
     n = lay.n_gpus
+    if straggler_slowdown > 1 and 2 * straggler_gpus >= n:
+        raise ValueError(f"{straggler_gpus} slow GPU(s) of {n}: the counters are read on the median rank, which must be "
+                         "a healthy one; use more GPUs (tp x pp x dp) or fewer slow ones")
     rank = ((2 * n) // 3) // lay.node * lay.node if straggler_rank is None else straggler_rank
     rank = min(rank, n - straggler_gpus)
     causes = pr.Causes(loader_s=loader_s, host_gap_s=host_gap_s, gemm_slowdown=gemm_slowdown,
@@ -134,8 +137,12 @@ def step_gap(model: str, gpu: str, tp: int, pp: int, dp: int, micro_batches: int
              host_gap_s: float, gemm_slowdown: float, hbm_slowdown: float, network_slowdown: float,
              straggler_slowdown: float, jitter: float) -> View:
     """N015: the modelled step, a synthetic measured one, and the gap split by suspect."""
-    r = gap_analysis(model, gpu, tp, pp, dp, micro_batches, loader_s, host_gap_s, gemm_slowdown, hbm_slowdown,
-                     network_slowdown, straggler_slowdown, jitter)
+    return gap_view(gap_analysis(model, gpu, tp, pp, dp, micro_batches, loader_s, host_gap_s, gemm_slowdown,
+                                 hbm_slowdown, network_slowdown, straggler_slowdown, jitter))
+
+
+def gap_view(r) -> View:
+    """The view of one :func:`gap_analysis` result (the page passes its own seed and slow GPUs)."""
     att, meas, pred = r.attribution, r.measured, r.predicted
     parts = [att.parts[k] for k in _LABELS[:-1]] + [att.residual_s]
     truth = [r.truth[k] for k in _LABELS[:-1]] + [r.truth["host gaps"]]

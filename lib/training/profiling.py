@@ -209,7 +209,8 @@ class GapAttribution:
 
     @property
     def residual_s(self) -> float:
-        return self.gap_s - sum(self.parts.values())
+        r = self.gap_s - sum(self.parts.values())
+        return 0.0 if abs(r) < 1e-9 * self.measured_s else r  # rounding, not idle time
 
     @property
     def top(self) -> str:
@@ -268,6 +269,8 @@ def attribute_gap(predicted: TrainingStep, measured: StepMeasurement, spread_sig
         "collectives": med["comm_s"] - exposed_comm_s(st_ghp) - (busy_max - busy_med),
         "one machine": st_ghp.step_s - st_gh.step_s,
     }
+    noise = 1e-9 * measured.step_s  # rounding of the differences above, not a cost
+    parts = {k: (0.0 if abs(v) < noise else v) for k, v in parts.items()}
     metrics = {
         "dataloader": ("seconds per step blocked on the data iterator", 0.0, med["loader_s"]),
         "tensor cores": ("tensor-core activity while GEMMs run (fraction of dense peak)", a.gemm_efficiency,
@@ -497,6 +500,7 @@ def read_timeline(trace: StepTrace, predicted: TrainingStep) -> TimelineReading:
         "gradient reduction exposed": max(0.0, idle_by["dp"] - predicted.dp_exposed_s),
         "slow optimizer": max(0.0, opt - predicted.optimizer_s),
     }
+    worth = {k: (v if v > 1e-9 * step else 0.0) for k, v in worth.items()}  # rounding of differences, not a cost
     n_py = len(spans["python"])
     evidence = {
         "data loader stall": f"GPU idle {idle_by['dataloader'] * 1e3:.1f} ms while the host sits in next(data_iter)",

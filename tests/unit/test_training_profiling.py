@@ -236,3 +236,30 @@ def test_step_timeline_explorer():
     v = widgets.render("training.step_timeline", model="llama-3.1-8b", gpu="h100-sxm", tp=1, pp=1, dp=8,
                        micro_batches=4, loader_s=0.2, host_gap_s=0.0, grad_overlap=True, optimizer_slowdown=1.0)
     assert math.isclose(v.values["data loader stall"], 0.2) and v.values["slow optimizer"] == 0
+
+
+def test_gap_analysis_refuses_a_slow_median_rank():
+    from lib.explorers.training_profile import gap_analysis
+    with pytest.raises(ValueError, match="median rank"):
+        gap_analysis("llama-3.1-8b", "mi300x", 1, 1, 1, 1, 0.0, 0.0, 1.0, 1.0, 1.0, 1.3, 0.0)
+    r = gap_analysis("llama-3.1-8b", "mi300x", 1, 1, 1, 1, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0)  # no straggler: fine
+    assert r.layout.n_gpus == 1
+
+
+def test_attribution_of_no_cause_is_exactly_zero():
+    """Float rounding of the differences must not show as a cost (e.g. -3e-10 s on the network)."""
+    from lib.explorers.training_profile import gap_analysis
+    r = gap_analysis("llama-3.1-70b", "h100-sxm", 8, 4, 8, 16, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0)
+    assert all(v == 0.0 for v in r.attribution.parts.values())
+    assert r.attribution.residual_s == 0.0
+
+
+def test_timeline_worth_of_no_cause_is_exactly_zero():
+    """The optimizer's span minus the model's must not show a rounding residue (4.86e-11 us) as a cost."""
+    from lib.training.step import TrainingLayout, training_step
+    lay = TrainingLayout("llama-3.1-8b", "mi300x", tp=1, pp=1, dp=1, seq_len=8192, micro_batch=1, micro_batches=1,
+                         zero_stage=1)
+    pred = training_step(lay)
+    reading = pr.read_timeline(pr.step_trace(lay, pr.Causes(loader_s=0.15, host_gap_s=0.2)), pred)
+    assert reading.worth["data loader stall"] > 0
+    assert all(reading.worth[k] == 0.0 for k in ("gradient reduction exposed", "slow optimizer"))
