@@ -70,13 +70,13 @@ def data_pipeline(tokens_t: float, vocab_size: int, deadline_days: float, minhas
     total = sum(ld.core_s for ld in loads)
     rows = [("raw crawl to read", fmt_bytes(r["raw"], "TB")),
             ("token shards written", fmt_bytes(loads[-1].bytes_out, "TB"))]
-    rows += [(ld.stage.label, f"{fmt_bytes(ld.bytes_in, 'TB')} in, {fmt_int(ld.core_days)} core-days, "
+    rows += [(ld.stage.label, f"{fmt_bytes(ld.bytes_in, 'TB')} in, {sig(ld.core_days)} core-days, "
               f"{fmt_int(ld.cores_for(dl))} cores") for ld in loads]
     a, b = loads[order[0]], loads[order[1]]
     share = (a.core_s + b.core_s) / total
     caption = (f"CPU core-days per stage for {sig(tokens_t)}T tokens (log scale). The two largest (red), "
-               f"{a.stage.label} ({fmt_int(a.core_days)}) and {b.stage.label} ({fmt_int(b.core_days)}), are "
-               f"{sig(100 * share)}% of the {fmt_int(total / 86400)} core-days.")
+               f"{a.stage.label} ({sig(a.core_days)}) and {b.stage.label} ({sig(b.core_days)}), are "
+               f"{sig(100 * share)}% of the {sig(total / 86400)} core-days.")
     fig = _FIGURE([ld.stage.label for ld in loads], [ld.core_days for ld in loads], top)
     return View(f"Data pipeline for {sig(tokens_t)}T tokens in {sig(deadline_days)} days",
                 rows, fig, caption=caption,
@@ -151,7 +151,7 @@ _TOK_FIGURE = figures.LiveFigure(6.0, 3.0, _build_tok, _draw_tok)
     chars_per_token=FloatRange(2.5, 6.0, 0.01, label="characters per token"),
     core_mb_s=FloatRange(0.05, 20.0, 0.05, label="tokenizer MB/s per core"),
     batch_cores=IntRange(16, 65536, log=True, label="cores of the batch job"),
-    train_mtok_s=FloatRange(0.01, 1000.0, 0.01, label="training job's million tokens/s"),
+    train_mtok_s=FloatRange(0.0001, 1000.0, 0.0001, label="training job's million tokens/s"),
 )
 def tokenize_job(tokens_t: float, chars_per_token: float, core_mb_s: float, batch_cores: int,
                  train_mtok_s: float) -> View:
@@ -165,10 +165,10 @@ def tokenize_job(tokens_t: float, chars_per_token: float, core_mb_s: float, batc
     at_hours = core_days * 24 / batch_cores
     onfly = train_mtok_s * 1e6 * dp.bytes_per_token(chars_per_token) / (core_mb_s * 1e6)
     fig = _TOK_FIGURE(cores, hours, batch_cores, at_hours, onfly)
-    rows = [("text to tokenize", fmt_bytes(text, "TB")), ("core-days", fmt_int(core_days)),
+    rows = [("text to tokenize", fmt_bytes(text, "TB")), ("core-days", sig(core_days)),
             (f"wall-clock on {batch_cores:,} cores", wall_text(at_hours * 3600)),
             ("cores to tokenize on the fly", sig(onfly))]
-    caption = (f"Wall-clock of tokenizing {sig(tokens_t)}T tokens against the cores (blue; {fmt_int(core_days)} "
+    caption = (f"Wall-clock of tokenizing {sig(tokens_t)}T tokens against the cores (blue; {sig(core_days)} "
                f"core-days at {sig(core_mb_s)} MB/s a core): {wall_text(at_hours * 3600)} on {batch_cores:,} cores "
                f"(red). The dashed line, {sig(onfly)} cores, is what tokenizing on the fly at the training job's "
                f"{sig(train_mtok_s)} million tokens/s would take.")

@@ -332,10 +332,10 @@ def token_cost(model: str, gpu: str, mfu: float, usd_per_gpu_hour: float, serve_
                      min(serve_context, window), min(2048, window))
     batches = [2**k for k in range(0, 11)]
     per_m = [p.replica_usd_s / th.tokens_per_s(p.dep, b, serve_context) * 1e6 for b in batches]
-    rows = [("training token (6N)", f"{fmt_unit(p.train_6n * 1e6, 'µ$')} at {fmt_pct(mfu)} MFU"),
-            (f"decoded token, batch {serve_batch}", f"{fmt_unit(p.decode * 1e6, 'µ$')} at {fmt_pct(p.decode_mfu)} MFU"),
-            ("prompt token (prefill)", fmt_unit(p.prefill * 1e6, "µ$")),
-            ("cheapest decoded token (ceiling)", fmt_unit(p.ceiling_usd * 1e6, "µ$")),
+    rows = [("training token (6N)", f"{fmt_unit(p.train_6n * 1e6, 'microdollars')} at {fmt_pct(mfu)} MFU"),
+            (f"decoded token, batch {serve_batch}", f"{fmt_unit(p.decode * 1e6, 'microdollars')} at {fmt_pct(p.decode_mfu)} MFU"),
+            ("prompt token (prefill)", fmt_unit(p.prefill * 1e6, "microdollars")),
+            ("cheapest decoded token (ceiling)", fmt_unit(p.ceiling_usd * 1e6, "microdollars")),
             ("decode matches training at batch", "never" if p.even_batch == float("inf") else sig(p.even_batch)),
             ("KV cache holds", fmt_unit(p.kv_batch, "sequences"))]
     even = ("no batch brings a decoded token down to a training token's price" if p.even_batch > p.kv_batch else

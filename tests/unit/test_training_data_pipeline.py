@@ -173,3 +173,17 @@ def test_loader_sinks_by_hand():
     assert s.exposed_s == pytest.approx(sum(s.sinks.values()))  # no workers, pageable copy: all serial
     with pytest.raises(ValueError, match="storage"):
         dp.loader_step(dp.LoaderConfig(storage="tape"), "h100-sxm", 8, 4096, 1.0)
+
+
+def test_tokenize_job_view_states_the_training_rate_it_was_given():
+    """A small fleet trains well under 0.01 million tokens/s: the explorer's range takes it, and its
+    caption quotes that rate and a core-day count under one with its fraction (not rounded to 0 or 1)."""
+    from lib.book.widgets import _REGISTRY
+    from lib.explorers.training_data import tokenize_job
+
+    assert _REGISTRY["training.tokenize_job"].domains["train_mtok_s"].valid(3e-4)
+    view = tokenize_job(0.1, 3.94, 20.0, 16, 3e-4)
+    assert "3.00e-4 million tokens/s" in view.caption
+    core_days = view.values["core_days"]
+    assert 0 < core_days < 1
+    assert "0 core-days" not in view.caption and "1 core-days" not in view.caption
