@@ -413,8 +413,11 @@ def straggler_table(model: str, gpu: str, tp: int, pp: int, dp: int, micro_batch
     from lib.training.step import TrainingLayout, training_step
 
     lay = TrainingLayout(model, gpu, tp=tp, pp=pp, dp=dp, micro_batches=micro_batches, interleave=interleave)
-    st = training_step(lay)
     n = lay.n_gpus
+    if n < 2:
+        raise ValueError(f"tp x pp x dp must be at least 2 GPUs: a straggler taxes the other ranks, and "
+                         f"{lay.label} has none (got tp={tp}, pp={pp}, dp={dp})")
+    st = training_step(lay)
     base = st.step_s
     slow = {"clocks throttled": sg.straggler_step_s(st, 1.0 / clock_fraction),
             "slow link": sg.straggler_step_s(st, 1.0, 1.0 / nic_fraction),
