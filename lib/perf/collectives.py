@@ -251,7 +251,18 @@ def all_reduce_s(message_bytes: float, n_gpus: int, chip: str | GPU, algorithm: 
     return collective("all_reduce", message_bytes, n_gpus, chip, algorithm, nodes_gpus).time_s
 
 
+def ring_bytes_per_gpu(kind: str, message_bytes: float, n_gpus: int) -> float:
+    """Bytes each GPU sends in one ring collective of ``kind`` over ``n_gpus``: all-reduce
+    2 (n - 1) / n x M; all-gather, reduce-scatter (M the full buffer) and all-to-all (n - 1) / n x M;
+    ``"send"``: M."""
+    if kind not in (*COLLECTIVES, "send"):
+        raise ValueError(f"kind must be one of {', '.join(COLLECTIVES)} or send; got {kind!r}")
+    m, n = _check(message_bytes, n_gpus, "ring")
+    if kind == "send":
+        return m
+    return (2.0 if kind == "all_reduce" else 1.0) * (n - 1) / n * m
+
+
 def ring_allreduce_bytes_per_gpu(message_bytes: float, n_gpus: int) -> float:
     """Bytes each GPU sends in a ring all-reduce: 2 (n - 1) / n x message bytes."""
-    m, n = _check(message_bytes, n_gpus, "ring")
-    return 2.0 * (n - 1) / n * m
+    return ring_bytes_per_gpu("all_reduce", message_bytes, n_gpus)

@@ -126,12 +126,9 @@ def next_power_of_two(x: float) -> int:
 def usd_per_training_token(mdl: str | Model, seq_len: int, chip: str | GPU, mfu: float | None = None,
                            usd_per_gpu_hour: float | None = None, dtype: str = "bf16",
                            attention: str = "full") -> float:
-    """Dollars per trained token: price per GPU-second / (peak x MFU) x model FLOPs per token.
-    The price defaults to ``serving_memory.gpu_hour_usd`` (the book's one GPU-hour price)."""
-    from lib.perf.memory import gpu_hour_cost
-
-    usd_per_s = gpu_hour_cost(1, usd_per_gpu_hour) / 3600.0
-    return usd_per_s / (_peak(chip, dtype) * default_mfu(mfu)) * model_flops_per_token(mdl, seq_len, attention)
+    """Dollars per trained token: :func:`usd_per_flop` x model FLOPs per token. The price defaults
+    to ``serving_memory.gpu_hour_usd`` (the book's one GPU-hour price)."""
+    return usd_per_flop(chip, mfu, usd_per_gpu_hour, dtype) * model_flops_per_token(mdl, seq_len, attention)
 
 
 # ---- the margin on a fleet, and the price of a FLOP (N038, N041); stragglers: lib.training.stragglers -------------------------------------

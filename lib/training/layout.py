@@ -25,13 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lib.inputs import integer
-from lib.perf.collectives import collective, send
+from lib.perf.collectives import collective, ring_bytes_per_gpu, send
 from lib.registry.dtypes import bytes_per_element
 from lib.training import state
 from lib.training.step import (
     TrainingAssumptions,
     TrainingLayout,
     axis_calls,
+    require_layout,
     training_memory,
     training_step,
 )
@@ -62,41 +63,23 @@ class AxisTraffic:
     exposed_s: float  # the part on the critical path
 
 
-def _wire(kind: str, message: float, n: int) -> float:
-    if kind == "all_reduce":
-        return 2.0 * (n - 1) / n * message
-    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n * message
-    return message  # send
-
-
-def _check_layout(layout) -> TrainingLayout:
-    if not isinstance(layout, TrainingLayout):
-        raise ValueError(f"layout must be a TrainingLayout, got {type(layout).__name__}")
-    return layout
-
-
 def axis_traffic(layout: TrainingLayout, assume: TrainingAssumptions | None = None) -> list[AxisTraffic]:
     """Each parallel axis of ``layout`` with degree > 1 (order TP, CP, EP, PP, DP): what it moves
     per step per GPU, on which link, and the seconds :func:`training_step` charges it (PP: every
     micro-batch's boundary send, of which the fill and drain are exposed; the bubble is not
     communication and is left out). ZeRO's two DP collectives are one row, kind
     ``reduce_scatter + all_gather``."""
-    lay = _check_layout(layout)
+    lay = require_layout(layout)
     st = training_step(lay, assume)
     times = {"TP": (st.tp_s, st.tp_exposed_s), "CP": (st.cp_s, st.cp_exposed_s), "EP": (st.ep_s, st.ep_exposed_s),
-             "DP": (st.dp_s, st.dp_exposed_s)}
+             "PP": (st.pp_s, st.p2p_exposed_s), "DP": (st.dp_s, st.dp_exposed_s)}
     degree = {"TP": lay.tp, "CP": lay.cp, "EP": lay.ep, "PP": lay.pp, "DP": lay.dp}
     rows = []
     for axis, calls in axis_calls(lay).items():
         kinds = " + ".join(c.kind for c in calls)
         payload = " / ".join(c.payload for c in calls)
-        wire = sum(_wire(c.kind, c.message_bytes, c.group) * c.calls for c in calls)
-        if axis == "PP":
-            hop = send(calls[0].message_bytes, lay.chip, across_nodes=st.fabrics.get("PP") == "network")
-            total, exposed = hop.time_s * calls[0].calls, st.p2p_exposed_s
-        else:
-            total, exposed = times[axis]
+        wire = sum(ring_bytes_per_gpu(c.kind, c.message_bytes, c.group) * c.calls for c in calls)
+        total, exposed = times[axis]
         rows.append(AxisTraffic(axis, degree[axis], payload, kinds, calls[0].message_bytes, sum(c.calls for c in calls),
                                 wire, st.fabrics.get(axis, "none"), total, exposed))
     return rows
@@ -106,7 +89,7 @@ def axis_time_on(layout: TrainingLayout, axis: str, link: str) -> float:
     """Seconds per step of ``axis``'s traffic (:func:`axis_traffic`) if its group sat wholly on
     ``link``: ``"nvlink"`` (every member in one node; the group must fit the node) or ``"network"``
     (one member per node, each over its own NIC). 0 when the axis is not used."""
-    lay = _check_layout(layout)
+    lay = require_layout(layout)
     if axis not in AXES:
         raise ValueError(f"axis must be one of {', '.join(AXES)}; got {axis!r}")
     if link not in LINKS:
@@ -230,7 +213,7 @@ def fsdp_hiding_tokens(layout: TrainingLayout, assume: TrainingAssumptions | Non
     from lib.perf.collectives import network_fabric
     from lib.training.step import training_assumptions
 
-    lay = _check_layout(layout)
+    lay = require_layout(layout)
     a = assume or training_assumptions()
     n = lay.dp * lay.cp
     if n < 2:
@@ -250,7 +233,7 @@ def tp_overlap_for_share(layout: TrainingLayout, share: float, assume: TrainingA
     from lib.inputs import fraction
     from lib.training.step import training_assumptions
 
-    lay = _check_layout(layout)
+    lay = require_layout(layout)
     share = fraction("share", share, allow_zero=False)
     base = assume or training_assumptions()
 

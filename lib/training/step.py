@@ -53,7 +53,7 @@ from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
 from lib.training import flops, state
 
-__all__ = ["Call", "TrainingAssumptions", "axis_calls", "TrainingLayout", "TrainingStep", "training_assumptions", "training_memory",
+__all__ = ["Call", "TrainingAssumptions", "axis_calls", "require_layout", "TrainingLayout", "TrainingStep", "training_assumptions", "training_memory",
            "training_step"]
 
 
@@ -206,6 +206,7 @@ class TrainingStep:
     dp_exposed_s: float
     optimizer_s: float
     fabrics: dict = field(default_factory=dict)  # axis -> the link its collective crossed
+    pp_s: float = 0.0  # every stage-boundary send of the step (p2p_exposed_s: those on the fill and drain path)
     cp_hop_send_s: float = 0.0  # one ring hop's K/V send (context parallelism), per layer and micro-batch
     cp_hop_compute_s: float = 0.0  # the attention it hides under: local queries against the chunk received
 
@@ -374,11 +375,12 @@ def _step(lay: TrainingLayout, a: TrainingAssumptions) -> TrainingStep:
     ep_exposed = ep_s
 
     # pipeline: bubble and the sends on the fill and drain path (the rest overlap the other stages)
-    bubble = p2p = 0.0
+    bubble = p2p = pp_s = 0.0
     compute_mb = (matmul_s + nonmatmul_s + tp_exposed + cp_exposed + ep_exposed) / mb
     if "PP" in calls:
         bubble = (lay.pp - 1) / lay.interleave * compute_mb
         p2p = 2 * (lay.pp - 1) * priced("PP")[0]
+        pp_s = total("PP")
 
     # data parallelism: hidden under the backward of the last micro-batch (ZeRO 3: of every one)
     owned = state.state_bytes_per_gpu(m, lay.tp, lay.pp, 1, 0, ep=lay.ep)["weights"] / e  # parameters
@@ -397,15 +399,20 @@ def _step(lay: TrainingLayout, a: TrainingAssumptions) -> TrainingStep:
     optimizer_s = owned / shard * a.optimizer_bytes_per_param / g.memory_bandwidth
 
     return TrainingStep(lay, a, model_f, hw_f, matmul_s, recompute_s, nonmatmul_s, tp_s, tp_exposed, cp_s,
-                        cp_exposed, ep_s, ep_exposed, bubble, p2p, dp_s, dp_exposed, optimizer_s, fabrics,
+                        cp_exposed, ep_s, ep_exposed, bubble, p2p, dp_s, dp_exposed, optimizer_s, fabrics, pp_s,
                         hop_send, hop_compute)
+
+
+def require_layout(layout: object) -> TrainingLayout:
+    """``layout`` when it is a :class:`TrainingLayout`; else ValueError naming what was passed."""
+    if not isinstance(layout, TrainingLayout):
+        raise ValueError(f"layout must be a TrainingLayout, got {type(layout).__name__}")
+    return layout
 
 
 def training_step(layout: TrainingLayout, assume: TrainingAssumptions | None = None) -> TrainingStep:
     """The step of ``layout`` under ``assume`` (default :func:`training_assumptions`)."""
-    if not isinstance(layout, TrainingLayout):
-        raise ValueError(f"layout must be a TrainingLayout, got {type(layout).__name__}")
-    return _step(layout, assume or training_assumptions())
+    return _step(require_layout(layout), assume or training_assumptions())
 
 
 def training_memory(layout: TrainingLayout) -> dict[str, float]:

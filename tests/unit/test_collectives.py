@@ -233,3 +233,13 @@ def test_zero_bytes_cost_only_latency_and_time_is_finite(chip, n, m):
     zero = c.collective("all_reduce", 0.0, n, chip)
     assert zero.bandwidth_s == 0.0 and zero.latency_s > 0
     assert math.isfinite(c.all_reduce_s(m, n, chip))
+
+
+def test_ring_bytes_per_gpu_by_kind():
+    # ring accounting: all-reduce moves twice what a gather or scatter does; a send moves its message
+    assert c.ring_bytes_per_gpu("all_gather", 8e9, 8) == pytest.approx(7 / 8 * 8e9, rel=1e-15)
+    assert c.ring_bytes_per_gpu("reduce_scatter", 8e9, 8) == c.ring_bytes_per_gpu("all_to_all", 8e9, 8)
+    assert c.ring_bytes_per_gpu("all_reduce", 8e9, 8) == pytest.approx(2 * c.ring_bytes_per_gpu("all_gather", 8e9, 8))
+    assert c.ring_bytes_per_gpu("send", 3e6, 2) == 3e6
+    with pytest.raises(ValueError, match="kind"):
+        c.ring_bytes_per_gpu("broadcast", 1e6, 4)
