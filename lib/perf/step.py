@@ -32,7 +32,10 @@ SI units: bytes, FLOP, seconds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
+
+import numpy as np
 
 from lib.inputs import fraction, integer, real
 from lib.perf import collectives
@@ -106,13 +109,9 @@ _YAML = {  # field -> (key under decode_step, scale to SI, which end of the rang
 LEVELS = ("optimistic", "central", "pessimistic")
 
 
-def step_assumptions(level: str = "central", **overrides) -> StepAssumptions:
-    """Step assumptions from ``data/assumptions.yaml``: ``central`` values (NCCL ring all-reduce),
-    or the fast (``optimistic``: each all-reduce also takes its fastest algorithm, one-shot for
-    small messages) or slow (``pessimistic``) end of every range.
-    Keyword arguments set single fields (None keeps the data value)."""
-    if level not in LEVELS:
-        raise ValueError(f"level must be one of {', '.join(LEVELS)}; got {level!r}")
+@functools.cache
+def _level_values(level: str) -> tuple:
+    """The data's values for one level, SI (read once: every decode step starts here)."""
     values = {}
     for field, (key, scale, fast) in _YAML.items():
         path = f"decode_step.{key}"
@@ -123,6 +122,17 @@ def step_assumptions(level: str = "central", **overrides) -> StepAssumptions:
         values[field] = v * scale
     values["sampling_kernels"] = assumptions.value("decode_step.sampling_kernels")
     values["allreduce_algorithm"] = "auto" if level == "optimistic" else "ring"
+    return tuple(values.items())
+
+
+def step_assumptions(level: str = "central", **overrides) -> StepAssumptions:
+    """Step assumptions from ``data/assumptions.yaml``: ``central`` values (NCCL ring all-reduce),
+    or the fast (``optimistic``: each all-reduce also takes its fastest algorithm, one-shot for
+    small messages) or slow (``pessimistic``) end of every range.
+    Keyword arguments set single fields (None keeps the data value)."""
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {', '.join(LEVELS)}; got {level!r}")
+    values = dict(_level_values(level))
     unknown = set(overrides) - set(values)
     if unknown:
         raise ValueError(f"unknown step assumption(s) {sorted(unknown)}; valid: {sorted(values)}")
@@ -217,29 +227,44 @@ def _stage_send(dep: Deployment, message: float) -> Kernel:
                   collective_bandwidth_s=c.bandwidth_s)
 
 
+def _step_plan(dep: Deployment, batch: int, context: int, a: StepAssumptions,
+               query_tokens: int) -> tuple[list[Kernel], list[int]]:
+    """The distinct kernels of one step and the order they launch in (indices into the first list):
+    the layers repeat the same few kernels, so they are built and priced once."""
+    m, tp = dep.mdl, dep.tp
+    b_a, b_w = bytes_per_element(dep.act_dtype), bytes_per_element(dep.weight_dtype)
+    B, V, d = batch * query_tokens, m.vocab_size, m.hidden_size
+    distinct: list[Kernel] = []
+
+    def add(kernels: list[Kernel]) -> list[int]:
+        distinct.extend(kernels)
+        return list(range(len(distinct) - len(kernels), len(distinct)))
+
+    order = add([Kernel("embedding", "small", other_bytes=B * d * b_a)])
+    dense = add(_layer_kernels(dep, batch, context, False, a, query_tokens))
+    moe = add(_layer_kernels(dep, batch, context, True, a, query_tokens)) if m.is_moe else dense
+    send = add([_stage_send(dep, B * d * b_a)]) if dep.pp > 1 else []
+    per_stage = -(-m.num_layers // dep.pp)
+    for layer in range(m.num_layers):
+        if layer and layer % per_stage == 0:  # the activations move to the next stage's GPUs
+            order += send
+        order += moe if (m.is_moe and layer >= m.first_dense_layers) else dense
+    tail = [Kernel("final_norm", "small"),
+            Kernel("lm_head", "gemm", weight_bytes=V * d * b_w / tp, flops=2 * B * V * d / tp,
+                   other_bytes=B * V * LOGIT_BYTES / tp)]
+    if tp > 1:
+        tail.append(_collective(dep, "all_gather", B * V * LOGIT_BYTES, a, tag="logits"))
+    order += add(tail)
+    order += add([Kernel("sampling", "sampling", other_bytes=B * V * LOGIT_BYTES)]) * a.sampling_kernels
+    return distinct, order
+
+
 def step_kernels(dep: Deployment, batch: int, context: int,
                  a: StepAssumptions | None = None, query_tokens: int = 1) -> list[Kernel]:
     """Every launch of one decode step on one GPU, in execution order (``query_tokens`` per
     sequence: 1 plain, k + 1 when k drafted tokens are verified)."""
-    a = a or step_assumptions()
-    m, tp = dep.mdl, dep.tp
-    b_a, b_w = bytes_per_element(dep.act_dtype), bytes_per_element(dep.weight_dtype)
-    B, V, d = batch * query_tokens, m.vocab_size, m.hidden_size
-    seq = [Kernel("embedding", "small", other_bytes=B * d * b_a)]
-    dense = _layer_kernels(dep, batch, context, False, a, query_tokens)
-    moe = _layer_kernels(dep, batch, context, True, a, query_tokens) if m.is_moe else dense
-    per_stage = -(-m.num_layers // dep.pp)
-    for layer in range(m.num_layers):
-        if layer and layer % per_stage == 0:  # the activations move to the next stage's GPUs
-            seq.append(_stage_send(dep, B * d * b_a))
-        seq += moe if (m.is_moe and layer >= m.first_dense_layers) else dense
-    seq.append(Kernel("final_norm", "small"))
-    seq.append(Kernel("lm_head", "gemm", weight_bytes=V * d * b_w / tp, flops=2 * B * V * d / tp,
-                      other_bytes=B * V * LOGIT_BYTES / tp))
-    if tp > 1:
-        seq.append(_collective(dep, "all_gather", B * V * LOGIT_BYTES, a, tag="logits"))
-    seq += [Kernel("sampling", "sampling", other_bytes=B * V * LOGIT_BYTES)] * a.sampling_kernels
-    return seq
+    distinct, order = _step_plan(dep, batch, context, a or step_assumptions(), query_tokens)
+    return [distinct[i] for i in order]
 
 
 # ---- the step ------------------------------------------------------------------------------
@@ -337,6 +362,20 @@ def kernel_start(prev_end_s: float, cpu_s: float, first: bool, cuda_graphs: bool
     return start, cpu_s
 
 
+def launch_starts(durations_s, host_end_s: float, cuda_graphs: bool, a: StepAssumptions):
+    """Start time of every kernel of one dependent stream under :func:`kernel_start`'s rule, seconds,
+    in closed form: with A_i the sum of (duration + launch_gap) of the kernels before i and c_i the
+    CPU's issue time (eager: host_end + (i + 1) x eager_launch; graphs: none), start_i =
+    A_i + max over j <= i of (c_j - A_j), the first kernel starting at max(host_end, c_0)."""
+    d = np.asarray(durations_s, dtype=float)
+    a_sum = np.concatenate([[0.0], np.cumsum(d[:-1] + a.launch_gap_s)])
+    issue = np.full(d.size, -np.inf)
+    if not cuda_graphs:
+        issue = host_end_s + a.eager_launch_s * np.arange(1, d.size + 1)
+    issue[0] = max(host_end_s, issue[0])
+    return a_sum + np.maximum.accumulate(issue - a_sum)
+
+
 def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
                 assume: StepAssumptions | None = None, timeline: bool = False,
                 query_tokens: int = 1) -> DecodeStep:
@@ -361,39 +400,45 @@ def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
     b = dict.fromkeys(BUCKETS, 0.0)
     b["sampling"], b["scheduler"] = a.sampling_s, a.scheduler_s
     host_end = a.sampling_s + a.scheduler_s
-    events = [("host", "host", 0.0, host_end)] if timeline else None
-    prev_end = cpu_t = host_end
-    n_kernels = n_coll = 0
-    w_bytes = kv_bytes = 0.0
-    for i, k in enumerate(step_kernels(dep, batch, context, a, query_tokens)):
+    distinct, plan = _step_plan(dep, batch, context, a, query_tokens)
+    order = np.asarray(plan, dtype=np.intp)
+    counts = np.bincount(order, minlength=len(distinct))
+    col = {name: i for i, name in enumerate(BUCKETS)}
+    per = np.zeros((len(distinct), len(BUCKETS)))  # bucket seconds of one launch of each kernel
+    dur = np.empty(len(distinct))
+    moved = np.zeros((len(distinct), 2))  # weight and KV bytes of one launch
+    for j, k in enumerate(distinct):
         if k.category == "collective":
-            dur = k.collective_latency_s + k.collective_bandwidth_s
-            b["allreduce_latency"] += k.collective_latency_s
-            b["allreduce_bandwidth"] += k.collective_bandwidth_s
-            n_coll += 1
-        else:
-            eff = a.kv_efficiency if k.category == "attention" else a.gemv_efficiency
-            floor_w, floor_kv = k.weight_bytes / bw, k.kv_bytes / bw
-            mem = (k.weight_bytes + k.kv_bytes + k.other_bytes) / (bw * eff)
-            comp = k.flops / peak
-            dur = kernel_time_s(a.kernel_fixed_s, mem, comp)
-            b["weights"] += floor_w
-            b["kv_cache"] += floor_kv
-            short = mem - floor_w - floor_kv
-            if k.category == "attention":
-                b["kv_bandwidth_shortfall"] += short
-            else:
-                b["weight_bandwidth_shortfall"] += short
-            b["compute_excess"] += max(0.0, comp - mem)
-            b["kernel_fixed"] += a.kernel_fixed_s
-            w_bytes += k.weight_bytes
-            kv_bytes += k.kv_bytes
-        start, cpu_t = kernel_start(prev_end, cpu_t, i == 0, dep.cuda_graphs, a)
-        b["launch_gaps"] += start - prev_end
-        if timeline:
-            events.append((k.name, k.category, start, dur))
-        prev_end = start + dur
-        n_kernels += 1
+            dur[j] = k.collective_latency_s + k.collective_bandwidth_s
+            per[j, col["allreduce_latency"]] = k.collective_latency_s
+            per[j, col["allreduce_bandwidth"]] = k.collective_bandwidth_s
+            continue
+        eff = a.kv_efficiency if k.category == "attention" else a.gemv_efficiency
+        floor_w, floor_kv = k.weight_bytes / bw, k.kv_bytes / bw
+        mem = (k.weight_bytes + k.kv_bytes + k.other_bytes) / (bw * eff)
+        comp = k.flops / peak
+        dur[j] = kernel_time_s(a.kernel_fixed_s, mem, comp)
+        per[j, col["weights"]] = floor_w
+        per[j, col["kv_cache"]] = floor_kv
+        short = "kv_bandwidth_shortfall" if k.category == "attention" else "weight_bandwidth_shortfall"
+        per[j, col[short]] = mem - floor_w - floor_kv
+        per[j, col["compute_excess"]] = max(0.0, comp - mem)
+        per[j, col["kernel_fixed"]] = a.kernel_fixed_s
+        moved[j] = k.weight_bytes, k.kv_bytes
+    for name, total in zip(BUCKETS, counts @ per, strict=True):
+        if name not in ("sampling", "scheduler"):
+            b[name] = float(total)
+    n_coll = int(counts[[j for j, k in enumerate(distinct) if k.category == "collective"]].sum())
+    w_bytes, kv_bytes = (float(x) for x in counts @ moved)
+    d = dur[order]
+    starts = launch_starts(d, host_end, dep.cuda_graphs, a)
+    b["launch_gaps"] = float(starts[-1] + d[-1] - host_end - d.sum())
+    events = None
+    if timeline:
+        events = [("host", "host", 0.0, host_end)] + [
+            (distinct[i].name, distinct[i].category, float(t), float(x))
+            for i, t, x in zip(plan, starts, d, strict=True)]
+    n_kernels = len(plan)
     copies = kv_read_fraction(dep) * dep.tp  # ranks holding each KV byte (DCP splits the copies)
     return DecodeStep(dep, batch, context, b, n_kernels, n_coll, w_bytes / dep.pp, kv_bytes / dep.pp,
                       max(copies, 1.0), tuple(events) if timeline else (), query_tokens)
