@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -425,14 +426,18 @@ def decode_step(dep: Deployment, batch: int = 1, context: int = 0,
         per[j, col["compute_excess"]] = max(0.0, comp - mem)
         per[j, col["kernel_fixed"]] = a.kernel_fixed_s
         moved[j] = k.weight_bytes, k.kv_bytes
-    for name, total in zip(BUCKETS, counts @ per, strict=True):
-        if name not in ("sampling", "scheduler"):
-            b[name] = float(total)
+    # correctly rounded sums: the same step always gives the same bits, whatever numpy's summation order
+    for c, name in enumerate(BUCKETS):
+        if name not in ("sampling", "scheduler", "launch_gaps"):
+            b[name] = math.fsum(int(n) * x for n, x in zip(counts, per[:, c], strict=True))
     n_coll = int(counts[[j for j, k in enumerate(distinct) if k.category == "collective"]].sum())
-    w_bytes, kv_bytes = (float(x) for x in counts @ moved)
+    w_bytes, kv_bytes = (math.fsum(int(n) * x for n, x in zip(counts, moved[:, c], strict=True)) for c in (0, 1))
     d = dur[order]
     starts = launch_starts(d, host_end, dep.cuda_graphs, a)
-    b["launch_gaps"] = float(starts[-1] + d[-1] - host_end - d.sum())
+    if dep.cuda_graphs:  # every kernel after the first waits exactly one launch gap
+        b["launch_gaps"] = (len(plan) - 1) * a.launch_gap_s
+    else:
+        b["launch_gaps"] = math.fsum(starts[1:] - (starts[:-1] + d[:-1])) + (starts[0] - host_end)
     events = None
     if timeline:
         events = [("host", "host", 0.0, host_end)] + [
