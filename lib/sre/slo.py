@@ -149,20 +149,18 @@ def rule_detection_s(rule: AlertRule, bad_fraction: float, target: float, baseli
 
 def reset_s(rule: AlertRule, bad_fraction: float, duration_s: float, target: float) -> float:
     """How long a rule keeps firing after an incident of ``bad_fraction`` lasting ``duration_s`` ends
-    (baseline 0), seconds: until the window that clears first drops to the threshold. The short window
-    clears within ``short_s``; a single-window rule can fire for up to ``long_s`` after the fix."""
+    (baseline 0), seconds. A window of length W that fired holds the incident's bad time until it ages
+    out, whatever the incident's length, and drops under the threshold when only thr x W / e of it is
+    left: W (1 - thr / e) after the end. The rule stops when its first window clears, so the short
+    window bounds the reset; a single-window rule fires for nearly ``long_s`` after the fix. 0 when
+    the incident never made the rule fire."""
     e = fraction("bad_fraction", bad_fraction)
     d = real("duration_s", duration_s, 0, unit="seconds")
     thr = rule.threshold(target)
-
-    def clear(w: float) -> float:
-        # after the end, the window holds e x (min(d, w) - s) bad time for s in [0, min(d, w)]
-        held = min(d, w)
-        return max(0.0, held - thr * w / e) if e > 0 else 0.0
-
-    if rule.short_s == 0:
-        return clear(rule.long_s)
-    return min(clear(rule.long_s), clear(rule.short_s))
+    windows = (rule.long_s,) if rule.short_s == 0 else (rule.long_s, rule.short_s)
+    if e <= thr or any(d <= thr * w / e for w in windows):
+        return 0.0
+    return min(w * (1.0 - thr / e) for w in windows)
 
 
 def first_alert_s(bad_fractions, step_s: float, rule: AlertRule, target: float,

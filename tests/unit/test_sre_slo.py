@@ -49,9 +49,33 @@ def test_detection_closed_forms():
 def test_reset_short_window_bounds_it():
     r = slo.workbook_rules()[0]
     single = slo.AlertRule("one", 3600, 0, r.burn)
-    # after a one-hour full outage a single 1 h window fires for almost an hour more, the pair < 5 min
-    assert slo.reset_s(single, 1.0, 3600, 0.999) > 3500
-    assert slo.reset_s(r, 1.0, 3600, 0.999) <= r.short_s
+    # after a full outage a single 1 h window fires for almost an hour more, however short the outage was
+    for d in (1800, 3600, 7200):
+        assert slo.reset_s(single, 1.0, d, 0.999) == pytest.approx(3600 * (1 - 0.0144))
+    assert slo.reset_s(r, 1.0, 3600, 0.999) == pytest.approx(300 * (1 - 0.0144))
+    # an incident too short to fire the rule has nothing to reset
+    assert slo.reset_s(single, 1.0, 30, 0.999) == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(e=st.floats(0.02, 1.0), minutes=st.integers(2, 240), rule_i=st.integers(0, 1))
+def test_reset_matches_the_discrete_evaluation(e, minutes, rule_i):
+    r = slo.workbook_rules()[rule_i]
+    dt = r.short_s / 60
+    n_base, n_inc = int(r.long_s / dt), int(round(minutes * 60 / dt))
+    series = np.r_[np.zeros(n_base), np.full(n_inc, e), np.zeros(2 * n_base)]
+    c = np.r_[0.0, np.cumsum(series)]
+    i = np.arange(1, series.size + 1)
+
+    def over(n):  # the window's bad fraction at the end of each interval, above the threshold
+        return (c[i] - c[np.maximum(0, i - n)]) / n > r.threshold(0.999)
+
+    firing = over(round(r.long_s / dt)) & over(round(r.short_s / dt))
+    closed = slo.reset_s(r, e, n_inc * dt, 0.999)
+    end = (n_base + n_inc) * dt
+    still = i[firing & (i * dt > end)]
+    measured = (still.max() * dt - end) if still.size else 0.0
+    assert measured == pytest.approx(closed, abs=2 * dt)
 
 
 @settings(max_examples=60, deadline=None)
