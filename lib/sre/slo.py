@@ -30,7 +30,7 @@ from lib.registry import assumptions
 
 __all__ = [
     "AlertRule", "budget_consumed", "burn_for_budget", "burn_rate", "default_window_s", "detection_s",
-    "error_budget", "error_budget_s", "exhaustion_s", "first_alert_s", "reset_s", "rule_detection_s",
+    "error_budget", "error_budget_s", "exhaustion_s", "firing", "first_alert_s", "reset_s", "rule_detection_s",
     "workbook_rules",
 ]
 
@@ -163,33 +163,37 @@ def reset_s(rule: AlertRule, bad_fraction: float, duration_s: float, target: flo
     return min(w * (1.0 - thr / e) for w in windows)
 
 
-def first_alert_s(bad_fractions, step_s: float, rule: AlertRule, target: float,
-                  request_weights=None) -> float:
-    """Evaluate a rule on a series of bad fractions, one per ``step_s`` interval (the independent check of
-    :func:`detection_s`): the end time of the first interval at which both trailing windows (whole
-    intervals, request-weighted when ``request_weights`` is given) exceed the threshold; inf if never.
-    Windows that reach back before the series use the intervals there are: start the series with at
-    least ``long_s`` of the baseline to measure a detection delay."""
+def firing(bad_fractions, step_s: float, rule: AlertRule, target: float, request_weights=None):
+    """Evaluate a rule on a series of bad fractions, one per ``step_s`` interval: a boolean per interval,
+    True where at the interval's end both trailing windows (whole intervals, request-weighted when
+    ``request_weights`` is given) measure a bad fraction above the threshold. Windows that reach back
+    before the series use the intervals there are: start the series with at least ``long_s`` of the
+    baseline to measure a detection delay. The discrete check of :func:`detection_s` and :func:`reset_s`."""
     bad = np.asarray(bad_fractions, dtype=float)
-    if bad.ndim != 1 or bad.size == 0 or np.any((bad < 0) | (bad > 1)) or not np.all(np.isfinite(bad)):
+    if bad.ndim != 1 or bad.size == 0 or not np.all(np.isfinite(bad)) or np.any((bad < 0) | (bad > 1)):
         raise ValueError("bad_fractions must be a non-empty 1-D series of fractions in [0, 1]")
     dt = real("step_s", step_s, 0, low_open=True, unit="seconds")
     w = np.ones_like(bad) if request_weights is None else np.asarray(request_weights, dtype=float)
-    if w.shape != bad.shape or np.any(w < 0):
-        raise ValueError("request_weights must be non-negative, one per interval of bad_fractions")
+    if w.shape != bad.shape or not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("request_weights must be finite and non-negative, one per interval of bad_fractions")
     thr = rule.threshold(target)
     cb = np.concatenate([[0.0], np.cumsum(bad * w)])
     cw = np.concatenate([[0.0], np.cumsum(w)])
+    i = np.arange(1, bad.size + 1)
 
-    def over(n_win: int) -> np.ndarray:
-        i = np.arange(1, bad.size + 1)
-        lo = np.maximum(0, i - n_win)
+    def over(window_s: float) -> np.ndarray:
+        lo = np.maximum(0, i - max(1, round(window_s / dt)))
         tot = cw[i] - cw[lo]
         return (tot > 0) & ((cb[i] - cb[lo]) > thr * tot)
 
-    n_long = max(1, round(rule.long_s / dt))
-    fire = over(n_long)
+    fire = over(rule.long_s)
     if rule.short_s > 0:
-        fire &= over(max(1, round(rule.short_s / dt)))
-    hits = np.flatnonzero(fire)
-    return math.inf if hits.size == 0 else float((hits[0] + 1) * dt)
+        fire &= over(rule.short_s)
+    return fire
+
+
+def first_alert_s(bad_fractions, step_s: float, rule: AlertRule, target: float,
+                  request_weights=None) -> float:
+    """The end time of the first interval at which :func:`firing` is True, seconds; inf if never."""
+    hits = np.flatnonzero(firing(bad_fractions, step_s, rule, target, request_weights))
+    return math.inf if hits.size == 0 else float((hits[0] + 1) * real("step_s", step_s, 0, low_open=True))
