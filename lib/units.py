@@ -104,6 +104,20 @@ def fmt_unit(x: float, unit: str, digits: int = 3) -> str:
     return f"{sig(x, digits)} {unit}"
 
 
+def fmt_duration(seconds: float, digits: int = 3) -> str:
+    """A span of time in the unit a person would say: s below 2 minutes, then min, h, days
+    (``518.4 -> '8.64 min'``, ``129600 -> '36 h'``); ``inf`` is ``'never'``."""
+    seconds = float(seconds)
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"seconds must be a non-negative duration (inf for never), got {seconds!r}")
+    if math.isinf(seconds):
+        return "never"
+    for limit, scale, unit in ((120.0, 1.0, "s"), (7200.0, 60.0, "min"), (172800.0, 3600.0, "h")):
+        if seconds < limit:
+            return f"{sig(seconds / scale, digits)} {unit}"
+    return f"{sig(seconds / 86400.0, digits)} days"
+
+
 def fmt_auto(value) -> str:
     """The default text of a glued value: an int with thousands separators (``8,192``); anything
     else (a float, a str, a bool) as ``str``. Floats deserve a chosen precision: pass ``sig`` or a

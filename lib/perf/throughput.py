@@ -217,6 +217,22 @@ def tensor_core_ceiling_tokens_per_s(dep: Deployment, context: int, mfu: float =
     return d.tp * d.chip.peak_flops(d.compute_dtype) * mfu / d.mdl.flops_per_token(context)
 
 
+@functools.lru_cache(maxsize=64)
+def smallest_fitting_deployment(model: str, gpu: str, max_tp: int = 8) -> Deployment:
+    """``model`` on ``gpu`` with the book's default dtypes and engine settings
+    (:func:`lib.perf.deployment.deployment`) at the smallest power-of-two tp up to ``max_tp`` that holds
+    the weights with a KV pool left (:func:`smallest_tp_that_fits` with no KV demand). ValueError naming
+    the model and GPU when even ``max_tp`` does not."""
+    from lib.perf.deployment import deployment
+
+    top = integer("max_tp", max_tp, 1, 64)
+    try:
+        widest = deployment(model, gpu, tp=top)
+    except ValueError as e:
+        raise ValueError(f"{model} does not fit on {top} x {gpu}: {e}") from None
+    return widest.replace(tp=smallest_tp_that_fits(widest, 0.0, max_tp=top))
+
+
 def smallest_tp_that_fits(dep: Deployment, kv_bytes_total: float = 0.0, max_tp: int = 64) -> int:
     """Smallest power-of-two tp (that shards the model) whose KV pool, per the memory budget on
     driver-visible memory, holds ``kv_bytes_total`` bytes of KV (split across the GPUs that hold

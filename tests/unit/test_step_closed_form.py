@@ -78,3 +78,4 @@ def test_closed_form_matches_the_launch_walk(case, graphs, batch, context, q, ea
         assert got[2] == pytest.approx(want[2], rel=1e-9, abs=1e-15)
         assert got[3] == pytest.approx(want[3], rel=1e-12)
     assert math.isclose(s.total_s, events[-1][2] + events[-1][3], rel_tol=1e-9)
+

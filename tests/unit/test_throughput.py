@@ -142,3 +142,14 @@ def test_throughput_knee_view_uses_the_step_model():
     assert math.isclose(v.values["knee"], tput.knee_batch(DEP, 4096), rel_tol=1e-12)
     assert math.isclose(v.values["ceiling"], tput.throughput_ceiling(DEP, 4096), rel_tol=1e-12)
     assert v.values["b_max"] == DEP.budget.max_concurrency(4096)
+
+
+def test_smallest_fitting_deployment():
+    from lib.perf.throughput import smallest_fitting_deployment
+
+    # 70B in bf16 (141 GB of weights) needs two H100s (about 85 GB visible each)
+    assert smallest_fitting_deployment("llama-3.1-70b", "h100-sxm").tp == 2
+    assert smallest_fitting_deployment("llama-3.1-8b", "l40s").tp == 1
+    assert smallest_fitting_deployment("llama-3.1-405b", "h200").tp == 8
+    with pytest.raises(ValueError, match="does not fit on 8 x l40s"):
+        smallest_fitting_deployment("llama-3.1-405b", "l40s")
