@@ -11,9 +11,9 @@
   threshold (the short one makes it reset soon after the errors stop). The threshold that spends a
   fraction ``f`` of the budget in a window ``W`` is ``f x window / W`` (the SRE Workbook's 14.4 for
   2% in an hour of a 30-day window: :func:`burn_for_budget`).
-* Detection time of a step from a bad fraction ``e0`` to ``e`` (closed form, :func:`detection_s`)
-  and a discrete evaluation of the rules on a bad-fraction series (:func:`first_alert_s`, the
-  independent check).
+* Detection time of a step from a bad fraction ``e0`` to ``e`` and the reset time after it ends
+  (closed forms, :func:`detection_s`, :func:`reset_s`), and the one discrete evaluation of a rule on a
+  bad-fraction series (:func:`firing`, :func:`first_alert_s`: the independent check of the closed forms).
 
 SI units: seconds; fractions in [0, 1].
 """

@@ -444,6 +444,7 @@ def simulated_recordings(dep, *, n_requests: int = 100, rate: float = 6.0, promp
         times, counts = coalesce(res.token_times(i), flush_s)
         ev = [Event(r.arrival_s + net_s, 0, r.arrival_s)]
         ev += [Event(float(t + net_s), int(n)) for t, n in zip(times, counts, strict=True)]
-        ev.append(Event(float(times[-1] + net_s), 0))
+        # the closing event; a request the engine never served (rejected, expired) closes at once, empty
+        ev.append(Event(float((times[-1] if len(times) else r.arrival_s) + net_s), 0))
         recs.append(Recording(float(created[i]), tuple(ev)))
     return SimulatedStreams(tuple(recs), delay, res, net_s, flush_s)

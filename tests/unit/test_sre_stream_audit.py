@@ -177,3 +177,17 @@ def test_launch_delay_distribution(dep):
     assert abs(np.median(sim.launch_delay_s) / 0.02 - 1) < 0.15
     assert abs(np.std(logs) - 0.8) < 0.1
     assert not math.isnan(float(np.mean(logs)))
+
+
+def test_requests_the_engine_rejects_close_empty():
+    """llama-2-70b's 4K window rejects the longest prompts: their streams hold no token event and the
+    audit refuses them with a message instead of the simulator raising."""
+    from lib.explorers.sre_stream import recordings
+
+    sim = recordings("llama-2-70b", "a100-sxm", 33.0, 1.5)
+    rejected = [i for i, r in enumerate(sim.result.requests) if r.status != "finished"]
+    assert rejected
+    rec = sim.recordings[rejected[0]]
+    assert all(e.tokens == 0 for e in rec.events)
+    with pytest.raises(ValueError, match="no event carries a token"):
+        sa.audit(rec)
