@@ -1,0 +1,102 @@
+"""lib.fleet.capacity: a request's replica-seconds by phase against the simulator, fleet sizing, prices, start time."""
+
+import math
+
+import pytest
+
+from lib.fleet import capacity as c
+from lib.perf.deployment import deployment
+from lib.perf.prefill import prefill_time
+from lib.perf.throughput import step_s
+
+
+@pytest.fixture(scope="module")
+def dep8b():
+    return deployment("llama-3.1-8b", "h100-sxm")
+
+
+def test_phases_come_from_the_step_and_prefill_models(dep8b):
+    r = c.request_cost(dep8b, 1000, 200, batch=64)
+    assert r.prefill_s == prefill_time(dep8b, 1000).time_s
+    assert r.decode_step_s == step_s(dep8b, 64, 1100)
+    assert r.decode_s == pytest.approx(200 * r.decode_step_s / 64)
+    assert r.max_rate == pytest.approx(1 / (r.prefill_s + r.decode_s))
+
+
+def test_tpot_target_sets_the_batch_and_is_met():
+    dep = deployment("llama-3.1-70b", "h100-sxm", tp=8)
+    r = c.request_cost(dep, 1000, 300, 0.05)
+    assert r.limits.binding == "the TPOT target"
+    assert r.decode_step_s <= 0.05
+    assert step_s(dep, r.batch + 1, 1300) > 0.05 * 0.999  # one more sequence would miss it (at the longest context)
+
+
+@pytest.mark.parametrize("load", [0.5, 1.6])
+def test_closed_form_against_the_simulator(dep8b, load):
+    """Independent method: the discrete-event simulator with chunked prefill. Below saturation it
+    completes the offered rate; past it, at least the closed form's 1 / replica_s (which charges prefill
+    its own weight reads, so it is conservative) and not more than a quarter above."""
+    from lib.scheduling.cost import step_cost
+    from lib.scheduling.policies import Policy
+    from lib.scheduling.replica import steady_run
+    from lib.scheduling.workloads import Constant
+
+    r = c.request_cost(dep8b, 1000, 200, batch=64)
+    run = steady_run(step_cost(dep8b), Constant(1000), Constant(200), load * r.max_rate,
+                     policy=Policy(max_running=64), seed=3)
+    done = run.tokens_per_s / 200
+    if load < 1:
+        assert done == pytest.approx(load * r.max_rate, rel=0.1)
+    else:
+        assert r.max_rate <= done <= 1.25 * r.max_rate
+
+
+def test_fleet_for_load(dep8b):
+    r = c.request_cost(dep8b, 1000, 200, batch=64)
+    f = c.fleet_for_load(100.0, r, 0.7)
+    assert f.exact == pytest.approx(100 * r.replica_s / 0.7)
+    assert f.replicas == math.ceil(f.exact) and f.busy <= 0.7
+    assert f.gpus == f.replicas * dep8b.gpus_per_replica
+    exact_int = c.fleet_for_load(3 * 0.7 / r.replica_s, r, 0.7)
+    assert exact_int.replicas == 3  # an integer load is not rounded up a whole replica
+
+
+def test_prices_split_by_phase(dep8b):
+    r = c.request_cost(dep8b, 1000, 200, batch=64)
+    t = c.usd_per_million_tokens(r, usd_per_gpu_hour=3.6, utilization=0.5)
+    per_replica_s = 3.6 / 3600 / 0.5
+    assert t.output_usd_per_m == pytest.approx(1e6 / r.decode_tokens_per_s * per_replica_s)
+    assert t.input_usd_per_m == pytest.approx(1e6 / r.prefill_tokens_per_s * per_replica_s)
+    assert t.usd_per_request == pytest.approx(r.replica_s * per_replica_s)
+    assert t.input_share == pytest.approx(r.prefill_share)
+
+
+def test_gpu_hour_prices():
+    from lib.perf.memory import fact
+
+    assert c.gpu_hour_usd("h100-sxm") == c.gpu_hour_usd() == fact("gpu_hour_usd")
+    assert c.gpu_hour_usd("b200") > c.gpu_hour_usd("h200") > c.gpu_hour_usd("h100-sxm") > c.gpu_hour_usd("a100-sxm")
+    assert c.gpu_hour_usd("h200", 9.0) == 9.0
+    with pytest.raises(ValueError, match="gpu must be one of|unknown GPU|not a known"):
+        c.gpu_hour_usd("tpu-v5")
+
+
+def test_replica_start():
+    dep = deployment("llama-3.1-70b", "h100-sxm", tp=8)
+    s = c.replica_start_s(dep, load_gb_s=2.0, pull_s=30, warmup_s=45)
+    assert s.weights_s == pytest.approx(dep.mdl.weight_bytes("bf16") / 2e9)
+    assert s.total_s == pytest.approx(30 + 45 + s.weights_s)
+    big = deployment("llama-3.1-405b", "h100-sxm", tp=8, pp=2, weight_dtype="fp8", compute_dtype="fp8")
+    two = c.replica_start_s(big, load_gb_s=2.0)
+    assert two.weights_s == pytest.approx(big.mdl.weight_bytes("fp8") / (2 * 2e9))  # two nodes load in parallel
+
+
+def test_bad_inputs_name_the_input(dep8b):
+    with pytest.raises(ValueError, match="exactly one of"):
+        c.request_cost(dep8b, 100, 10)
+    with pytest.raises(ValueError, match="TPOT target"):
+        c.request_cost(deployment("llama-3.1-70b", "h100-sxm", tp=4), 1000, 100, 0.001)
+    with pytest.raises(ValueError, match="KV pool"):
+        c.request_cost(dep8b, 100_000, 10, batch=500)
+    with pytest.raises(ValueError, match="rate"):
+        c.fleet_for_load(0, c.request_cost(dep8b, 100, 10, batch=1))
