@@ -2,7 +2,8 @@
 client received it (events), and as a per-token spreading would invent it.
 
 Calls :mod:`lib.sre.stream_audit` (recordings from the book's serving simulator, the audit); the
-simulation of one setup is cached, so moving the flush interval or the request only re-coalesces.
+simulation of one setup is cached apart from the flush interval, so moving the flush interval or the request
+only coalesces the one stream shown.
 """
 
 from __future__ import annotations
@@ -28,19 +29,27 @@ def stream_deployment(model: str, gpu: str):
     return smallest_fitting_deployment(model, gpu)
 
 
-@functools.lru_cache(maxsize=64)
 def recordings(model: str, gpu: str, flush_ms: float, launch_median_ms: float, n_requests: int = N_REQUESTS,
                rate: float = 6.0, prompt_median: int = 1000, output_median: int = 200, launch_sigma: float = 0.8,
                net_ms: float = 5.0, seed: int = 0):
     """Seeded recordings for one setup (:func:`lib.sre.stream_audit.simulated_recordings`; lengths
-    lognormal with the page's spreads around the given medians); cached."""
+    lognormal with the page's spreads around the given medians); the simulation is cached, the
+    recordings are made per flush interval."""
+    return _simulation(model, gpu, launch_median_ms, n_requests, rate, prompt_median, output_median, launch_sigma,
+                       net_ms, seed).with_flush(flush_ms / 1e3)
+
+
+@functools.lru_cache(maxsize=32)
+def _simulation(model: str, gpu: str, launch_median_ms: float, n_requests: int, rate: float, prompt_median: int,
+                output_median: int, launch_sigma: float, net_ms: float, seed: int):
+    """The simulated run of one setup (any flush interval; :meth:`SimulatedStreams.with_flush` records it)."""
     from lib.scheduling.workloads import LogNormal
     from lib.sre.stream_audit import default_lengths, simulated_recordings
 
     p, o = default_lengths()
     return simulated_recordings(stream_deployment(model, gpu), n_requests=n_requests, rate=rate,
                                 prompt=LogNormal(prompt_median, p.sigma, cap=p.cap),
-                                output=LogNormal(output_median, o.sigma, cap=o.cap), flush_s=flush_ms / 1e3,
+                                output=LogNormal(output_median, o.sigma, cap=o.cap),
                                 launch_median_s=launch_median_ms / 1e3, launch_sigma=launch_sigma,
                                 net_s=net_ms / 1e3, seed=seed)
 
@@ -90,9 +99,10 @@ def stream_events(model: str, gpu: str, flush_ms: float, launch_median_ms: float
 
     sim = recordings(model, gpu, float(flush_ms), float(launch_median_ms), int(n_requests), float(rate),
                      int(prompt_median), int(output_median), float(launch_sigma), float(net_ms), int(seed))
-    if not 0 <= request < len(sim.recordings):
-        raise ValueError(f"request must be in [0, {len(sim.recordings) - 1}], got {request!r}")
-    rec = sim.recordings[request]
+    n = len(sim.result.requests)
+    if not 0 <= request < n:
+        raise ValueError(f"request must be in [0, {n - 1}], got {request!r}")
+    rec = sim.recording(request)
     a = audit(rec)
     created = rec.created_s
     eng = (sim.result.token_times(request) + sim.net_s - created) * 1e3

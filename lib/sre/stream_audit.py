@@ -363,13 +363,38 @@ def coalesce(token_times_s, flush_s: float) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class SimulatedStreams:
-    """Recordings made from one simulated run, with the ground truth they came from."""
+    """One simulated run and the recordings a sender flushing every ``flush_s`` makes of it: request i's
+    recording is built on first use (:meth:`recording`); :meth:`with_flush` re-coalesces the same run."""
 
-    recordings: tuple[Recording, ...]
+    created_s: np.ndarray           # when the client created each request (engine order)
     launch_delay_s: np.ndarray      # the seeded client delays, per request
     result: object                  # the SimResult (engine clock = the shared clock)
     net_s: float
     flush_s: float
+
+    def recording(self, i: int) -> Recording:
+        """Request i as its client recorded it: a role event on arrival (carrying the arrival stamp), the
+        coalesced token events, and a closing event; a request the engine never served (rejected,
+        expired) closes at once, empty. Every event reaches the client ``net_s`` after it leaves."""
+        cache = self.__dict__.setdefault("_recordings", {})
+        if i not in cache:
+            r = self.result.requests[i]
+            times, counts = coalesce(self.result.token_times(i), self.flush_s)
+            ev = [Event(r.arrival_s + self.net_s, 0, r.arrival_s)]
+            ev += [Event(float(t + self.net_s), int(n)) for t, n in zip(times, counts, strict=True)]
+            ev.append(Event(float((times[-1] if len(times) else r.arrival_s) + self.net_s), 0))
+            cache[i] = Recording(float(self.created_s[i]), tuple(ev))
+        return cache[i]
+
+    @property
+    def recordings(self) -> tuple[Recording, ...]:
+        """Every request's recording, in engine order."""
+        return tuple(self.recording(i) for i in range(len(self.result.requests)))
+
+    def with_flush(self, flush_s: float) -> SimulatedStreams:
+        """The same run recorded by a sender that flushes every ``flush_s`` seconds."""
+        return SimulatedStreams(self.created_s, self.launch_delay_s, self.result, self.net_s,
+                                real("flush_s", flush_s, 0, unit="seconds"))
 
 
 def default_lengths() -> tuple:
@@ -439,12 +464,4 @@ def simulated_recordings(dep, *, n_requests: int = 100, rate: float = 6.0, promp
     order = np.argsort(created + delay, kind="stable")  # trace renumbers by arrival
     created, delay = created[order], delay[order]
     res = simulate(reqs, Policy(), dep, seed=seed)
-    recs = []
-    for i, r in enumerate(res.requests):
-        times, counts = coalesce(res.token_times(i), flush_s)
-        ev = [Event(r.arrival_s + net_s, 0, r.arrival_s)]
-        ev += [Event(float(t + net_s), int(n)) for t, n in zip(times, counts, strict=True)]
-        # the closing event; a request the engine never served (rejected, expired) closes at once, empty
-        ev.append(Event(float((times[-1] if len(times) else r.arrival_s) + net_s), 0))
-        recs.append(Recording(float(created[i]), tuple(ev)))
-    return SimulatedStreams(tuple(recs), delay, res, net_s, flush_s)
+    return SimulatedStreams(created, delay, res, net_s, flush_s)
