@@ -9,7 +9,10 @@ takes to start: the arithmetic every systems-design page sizes its boxes with.
   mean context ``c = P + O / 2``. ``B`` is the batch the TPOT target, the KV pool (at the longest
   context ``P + O``) and ``max_num_seqs`` allow (:func:`lib.scheduling.replica.batch_limits`).
   ``replica_s = prefill_s + decode_s``: phase-separated, an upper estimate of a chunked engine,
-  where prompt tokens ride on decode steps' weight reads (checked against the simulator).
+  where prompt tokens ride on decode steps' weight reads (checked against the simulator). A prompt
+  whose first ``h`` tokens hit a prefix cache (``cached_len``) prefills only its ``P - h`` new tokens,
+  attending to the ``h`` cached ones: :func:`lib.kvcache.long_context.prefill_chunk_step_s` (the
+  chunk model, equal to ``prefill_time`` at ``h = 0``), the one home of a warm prefill.
 * :func:`fleet_for_load`: ``replicas = rate x replica_s / utilization`` (the exact fraction, then
   the ceiling) and the GPUs it takes.
 * :func:`gpu_hour_usd`: the one price per GPU-hour of each chip (``data/assumptions.yaml``).
@@ -29,7 +32,7 @@ from lib.inputs import integer, real
 from lib.registry import assumptions
 
 __all__ = ["FleetSize", "ReplicaStart", "RequestCost", "TokenPrices", "default_utilization", "fleet_for_load",
-           "gpu_hour_usd", "replica_start_s", "request_cost", "usd_per_million_tokens"]
+           "gpu_hour_usd", "prefill_s", "replica_start_s", "request_cost", "usd_per_million_tokens"]
 
 
 def default_utilization(utilization: float | None = None) -> float:
@@ -112,12 +115,13 @@ class RequestCost:
 
 
 def request_cost(dep, prompt_len: int, output_len: int, tpot_target_s: float | None = None, *,
-                 batch: int | None = None, mfu: float | None = None) -> RequestCost:
+                 batch: int | None = None, mfu: float | None = None, cached_len: int = 0) -> RequestCost:
     """Replica-seconds of one request by phase (module doc). Give ``tpot_target_s`` (the batch is the
     largest the target, the KV pool and ``max_num_seqs`` allow) or ``batch`` (used as is, still
-    refused above what the KV pool holds). ``mfu``: the prefill's (None: the book's default)."""
+    refused above what the KV pool holds). ``mfu``: the prefill's (None: the book's default).
+    ``cached_len``: prompt tokens whose KV a prefix cache already holds (the prefill is warm; the
+    decode and the KV the sequence holds do not change)."""
     from lib.perf.deployment import require
-    from lib.perf.prefill import prefill_time
     from lib.perf.throughput import step_s
     from lib.scheduling.replica import batch_limits
 
@@ -143,7 +147,22 @@ def request_cost(dep, prompt_len: int, output_len: int, tpot_target_s: float | N
         if b > held:
             raise ValueError(f"batch = {b} exceeds the {held:.2f} sequences of {longest} tokens the KV pool of "
                              f"{dep.label} holds")
-    return RequestCost(dep, p, o, b, limits, prefill_time(dep, p, mfu=mfu).time_s, step_s(dep, b, mean_ctx))
+    return RequestCost(dep, p, o, b, limits, prefill_s(dep, p, cached_len, mfu=mfu), step_s(dep, b, mean_ctx))
+
+
+def prefill_s(dep, prompt_len: int, cached_len: int = 0, *, mfu: float | None = None) -> float:
+    """Replica time of a prompt's prefill with its first ``cached_len`` tokens cached: ``prefill_time(P)``
+    when cold, else the chunk of ``P - h`` new tokens at position ``h``
+    (:func:`lib.kvcache.long_context.prefill_chunk_step_s`: max(compute incl. attention to the cached
+    keys, weight read) + all-reduces of the new tokens). The last prompt token is always computed."""
+    from lib.kvcache.long_context import prefill_chunk_step_s
+    from lib.perf.deployment import require
+    from lib.perf.prefill import prefill_time
+
+    dep = require(dep)
+    p = integer("prompt_len", prompt_len, 1, unit="tokens")
+    h = integer("cached_len", cached_len, 0, p - 1, unit="tokens")
+    return prefill_time(dep, p, mfu=mfu).time_s if h == 0 else prefill_chunk_step_s(dep, p - h, h, mfu=mfu)
 
 
 @dataclass(frozen=True)

@@ -100,3 +100,18 @@ def test_bad_inputs_name_the_input(dep8b):
         c.request_cost(dep8b, 100_000, 10, batch=500)
     with pytest.raises(ValueError, match="rate"):
         c.fleet_for_load(0, c.request_cost(dep8b, 100, 10, batch=1))
+
+
+def test_warm_prefill_is_the_chunk_model():
+    from lib.kvcache.long_context import prefill_chunk_step_s
+
+    dep = deployment("llama-3.1-70b", "h100-sxm", tp=8)
+    assert c.prefill_s(dep, 8000) == prefill_time(dep, 8000).time_s
+    assert c.prefill_s(dep, 8000, 0) == pytest.approx(prefill_chunk_step_s(dep, 8000, 0), rel=1e-9)  # cold = chunk at 0
+    warm = c.request_cost(dep, 8000, 200, batch=8, cached_len=6000)
+    assert warm.prefill_s == prefill_chunk_step_s(dep, 2000, 6000)
+    assert prefill_time(dep, 2000).time_s < warm.prefill_s < prefill_time(dep, 8000).time_s
+    # a short suffix still reads every weight: the warm prefill never drops below that floor
+    assert c.prefill_s(dep, 200, 150) >= prefill_time(dep, 50).estimate.memory_s
+    with pytest.raises(ValueError, match="cached_len"):
+        c.prefill_s(dep, 100, 100)
