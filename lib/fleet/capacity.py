@@ -14,7 +14,7 @@ takes to start: the arithmetic every systems-design page sizes its boxes with.
   attending to the ``h`` cached ones: :func:`lib.kvcache.long_context.prefill_chunk_step_s` (the
   chunk model, equal to ``prefill_time`` at ``h = 0``), the one home of a warm prefill.
 * :func:`fleet_for_load`: ``replicas = rate x replica_s / utilization`` (the exact fraction, then
-  the ceiling) and the GPUs it takes.
+  the ceiling) and the GPUs it takes, from a :class:`RequestCost` or a plain replica_s.
 * :func:`gpu_hour_usd`: the one price per GPU-hour of each chip (``data/assumptions.yaml``).
 * :func:`usd_per_million_tokens`: dollars per million input and output tokens, each phase priced
   by the replica-seconds it occupies at the planned utilization.
@@ -191,14 +191,27 @@ class FleetSize:
         return self.rate * self.replica_s / self.replicas
 
 
-def fleet_for_load(rate: float, cost: RequestCost, utilization: float | None = None) -> FleetSize:
+def fleet_for_load(rate: float, cost, utilization: float | None = None, *,
+                   gpus_per_replica: int | None = None) -> FleetSize:
     """Replicas for ``rate`` requests/s: rate x replica_s / utilization (``utilization`` None: the
-    planned ceiling, :func:`default_utilization`)."""
+    planned ceiling, :func:`default_utilization`). ``cost``: a :class:`RequestCost`, or a plain number of
+    replica-seconds per request (a capacity measured or derived elsewhere, e.g. 1 / requests/s of a
+    simulated replica) with ``gpus_per_replica`` given."""
     lam = real("rate", rate, 0, low_open=True, unit="requests/s")
-    if not isinstance(cost, RequestCost):
-        raise ValueError(f"cost must be a RequestCost (request_cost(...)), got {type(cost).__name__}")
     u = default_utilization(utilization)
-    return FleetSize(lam, u, cost.replica_s, cost.dep.gpus_per_replica, lam * cost.replica_s / u)
+    if isinstance(cost, RequestCost):
+        if gpus_per_replica is not None:
+            raise ValueError("gpus_per_replica comes from the RequestCost's deployment; give it only with a plain "
+                             "replica_s")
+        return FleetSize(lam, u, cost.replica_s, cost.dep.gpus_per_replica, lam * cost.replica_s / u)
+    if isinstance(cost, bool) or not isinstance(cost, int | float):
+        raise ValueError(f"cost must be a RequestCost (request_cost(...)) or replica-seconds per request, got "
+                         f"{type(cost).__name__}")
+    rs = real("replica_s", cost, 0, low_open=True, unit="replica-seconds per request")
+    if gpus_per_replica is None:
+        raise ValueError("give gpus_per_replica with a plain replica_s")
+    g = integer("gpus_per_replica", gpus_per_replica, 1)
+    return FleetSize(lam, u, rs, g, lam * rs / u)
 
 
 @dataclass(frozen=True)

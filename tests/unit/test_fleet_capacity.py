@@ -3,11 +3,18 @@
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lib.fleet import capacity as c
 from lib.perf.deployment import deployment
 from lib.perf.prefill import prefill_time
 from lib.perf.throughput import step_s
+
+
+@pytest.fixture(scope="module")
+def dep70():
+    return deployment("llama-3.1-70b", "h100-sxm", tp=8)
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +64,10 @@ def test_fleet_for_load(dep8b):
     assert f.exact == pytest.approx(100 * r.replica_s / 0.7)
     assert f.replicas == math.ceil(f.exact) and f.busy <= 0.7
     assert f.gpus == f.replicas * dep8b.gpus_per_replica
+    plain = c.fleet_for_load(100.0, r.replica_s, 0.7, gpus_per_replica=dep8b.gpus_per_replica)
+    assert (plain.exact, plain.replicas, plain.gpus) == (f.exact, f.replicas, f.gpus)
+    with pytest.raises(ValueError, match="gpus_per_replica"):
+        c.fleet_for_load(100.0, r.replica_s, 0.7)
     exact_int = c.fleet_for_load(3 * 0.7 / r.replica_s, r, 0.7)
     assert exact_int.replicas == 3  # an integer load is not rounded up a whole replica
 
@@ -115,3 +126,39 @@ def test_warm_prefill_is_the_chunk_model():
     assert c.prefill_s(dep, 200, 150) >= prefill_time(dep, 50).estimate.memory_s
     with pytest.raises(ValueError, match="cached_len"):
         c.prefill_s(dep, 100, 100)
+
+
+def test_cold_is_the_prefill(dep70):
+    assert c.prefill_s(dep70, 32768, 0) == prefill_time(dep70, 32768).time_s
+
+
+def test_warm_compute_matches_the_flop_identity(dep70):
+    # compute-bound: the compute term is the FLOPs of the uncached positions at the replica's achieved FLOP/s
+    p, h = 32768, 30000
+    own = prefill_time(dep70, p - h)
+    from lib.kvcache.recompute_fetch import prefill_flops_with_cached_prefix
+
+    flops = prefill_flops_with_cached_prefix(dep70.mdl, p, h)
+    assert c.prefill_s(dep70, p, h) == pytest.approx(flops / own.estimate.replica_flops_per_s + own.allreduce_s, rel=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 32768), st.data())
+def test_warm_is_monotone(p, data):
+    dep = deployment("llama-3.1-8b", "h100-sxm", tp=1)
+    h = data.draw(st.integers(0, p - 1))
+    w = c.prefill_s(dep, p, h)
+    assert 0 < w <= c.prefill_s(dep, p, 0) * (1 + 1e-9)
+    if h + 1 < p:
+        assert c.prefill_s(dep, p, h + 1) <= w * (1 + 1e-9)
+
+
+def test_refuses_a_full_hit(dep70):
+    with pytest.raises(ValueError, match="cached_len"):
+        c.prefill_s(dep70, 100, 100)
+
+
+def test_warm_cost_replaces_only_the_prefill(dep70):
+    c0 = c.request_cost(dep70, 8000, 200, 0.05)
+    c1 = c.request_cost(dep70, 8000, 200, 0.05, cached_len=6000)
+    assert c1.prefill_s < c0.prefill_s and c1.decode_s == c0.decode_s and c1.batch == c0.batch
