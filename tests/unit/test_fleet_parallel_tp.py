@@ -1,0 +1,80 @@
+"""lib.fleet.parallel_tp: each TP degree's GPU-seconds per request, and the searches for where TP8 wins."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lib.fleet import capacity
+from lib.fleet import parallel_tp as pt
+from lib.perf.deployment import deployment
+from lib.perf.throughput import step_s
+
+
+@pytest.fixture(scope="module")
+def dep70():
+    return deployment("llama-3.1-70b", "h100-sxm", tp=8)
+
+
+def test_options_are_request_cost_times_gpus(dep70):
+    opts = pt.tp_options(dep70, 2048, 512, 0.03)
+    assert sorted(opts) == [1, 2, 4, 8]
+    assert not opts[1].serves and "tp=1" in opts[1].reason  # 140 GB of BF16 weights do not fit one H100
+    for n in (2, 4, 8):
+        c = capacity.request_cost(dep70.replace(tp=n), 2048, 512, 0.03)
+        assert opts[n].gpu_s == pytest.approx(c.replica_s * n, rel=1e-12)
+    assert math.isinf(opts[1].gpu_s)
+
+
+def test_cheapest_is_the_minimum_and_ties_go_small(dep70):
+    opts = pt.tp_options(dep70, 2048, 512, 0.03)
+    best = pt.cheapest(opts)
+    assert best.gpu_s == min(o.gpu_s for o in opts.values())
+    twin = {4: pt.TPOption(4, opts[4].cost), 8: pt.TPOption(8, opts[4].cost)}
+    assert pt.cheapest(twin).tp == 4
+    assert pt.cheapest({1: opts[1]}) is None
+
+
+def test_tightest_target_is_one_sequence_step(dep70):
+    assert pt.tightest_tpot_s(dep70, 4, 2048, 512) == step_s(dep70.replace(tp=4), 1, 2560)
+    with pytest.raises(ValueError):
+        pt.tp_options(dep70, 2048, 512, 0.0)  # a zero target is refused, not priced
+
+
+def _brute_loosest(dep, p, o, tp, hi, n=80):
+    lo = pt.tightest_tpot_s(dep, tp, p, o) * (1 + 1e-9)
+    grid = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+    wins = [t for t in grid if pt.cheapest(pt.tp_options(dep, p, o, t)).tp == tp]
+    return max(wins) if wins else None, grid[1] / grid[0]
+
+
+def test_loosest_target_where_tp8_wins_against_a_brute_force_grid(dep70):
+    got = pt.loosest_tpot_where_cheapest(dep70, 2048, 512, 8, hi_s=0.1)
+    brute, step = _brute_loosest(dep70, 2048, 512, 8, 0.1)
+    assert got is not None and brute is not None
+    assert got == pytest.approx(brute, rel=step - 1 + 1e-3)
+    assert pt.cheapest(pt.tp_options(dep70, 2048, 512, got * 0.999)).tp == 8
+    assert pt.cheapest(pt.tp_options(dep70, 2048, 512, got * 1.01)).tp != 8
+
+
+def test_shortest_prompt_where_tp8_wins_is_a_boundary(dep70):
+    p = pt.shortest_prompt_where_cheapest(dep70, 512, 0.03, 8)
+    assert p is not None
+    assert pt.cheapest(pt.tp_options(dep70, p, 512, 0.03)).tp == 8
+    below = max(128, p - max(1, p // 200) - 1)
+    assert pt.cheapest(pt.tp_options(dep70, below, 512, 0.03)).tp != 8
+
+
+def test_small_model_never_wins_on_context():
+    dep = deployment("llama-3.1-8b", "h100-sxm")
+    assert pt.shortest_prompt_where_cheapest(dep, 512, 0.03, 8, points=8) is None
+
+
+@settings(max_examples=15, deadline=None)
+@given(t=st.floats(0.012, 0.2))
+def test_cheapest_meets_the_target(dep70, t):
+    best = pt.cheapest(pt.tp_options(dep70, 2048, 512, t))
+    if best is not None:
+        assert best.cost.decode_step_s <= t * (1 + 1e-9) or best.cost.limits.binding != "the TPOT target"
+        assert best.cost.batch >= 1
