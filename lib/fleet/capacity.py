@@ -32,7 +32,7 @@ from lib.inputs import integer, real
 from lib.registry import assumptions
 
 __all__ = ["FleetSize", "ReplicaStart", "RequestCost", "TokenPrices", "default_utilization", "fleet_for_load",
-           "gpu_hour_usd", "prefill_s", "replica_start_s", "request_cost", "usd_per_million_tokens"]
+           "gpu_hour_usd", "prefill_s", "replica_start_s", "request_cost", "usd_per_million_tokens", "whole_replicas"]
 
 
 def default_utilization(utilization: float | None = None) -> float:
@@ -177,8 +177,8 @@ class FleetSize:
 
     @property
     def replicas(self) -> int:
-        """ceil(exact): whole replicas (a hair over an integer from rounding counts as that integer)."""
-        return max(1, math.ceil(self.exact - 1e-9))
+        """:func:`whole_replicas` of ``exact``."""
+        return whole_replicas(self.exact)
 
     @property
     def gpus(self) -> int:
@@ -189,6 +189,12 @@ class FleetSize:
     def busy(self) -> float:
         """The busy fraction the whole replicas actually run at: rate x replica_s / replicas."""
         return self.rate * self.replica_s / self.replicas
+
+
+def whole_replicas(exact: float):
+    """Whole replicas for an exact need: ceil(exact), at least 1 (a hair over an integer from rounding
+    counts as that integer); an infinite need stays inf."""
+    return exact if not math.isfinite(exact) else max(1, math.ceil(exact - 1e-9))
 
 
 def fleet_for_load(rate: float, cost, utilization: float | None = None, *,

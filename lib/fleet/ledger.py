@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from lib.fleet.capacity import whole_replicas
 from lib.inputs import integer, real
 
 __all__ = ["PROPOSALS", "Audit", "Ledger", "Proposal", "audit", "choose", "price_ledger", "proposal"]
@@ -93,16 +94,16 @@ def price_ledger(name: str, dep, rate: float, prompt_len: int, output_len: int, 
     exact = fleet.exact
     headroom = 0.0
     if size_for_ttft_s is not None:
-        from lib.fleet.sizing_chain import ttft_utilization
+        from lib.fleet.sizing_chain import ttft_replicas, ttft_utilization
 
         t = real("size_for_ttft_s", size_for_ttft_s, 0, low_open=True, unit="seconds")
         rho = ttft_utilization(cost.prefill_s, t, q)
         if rho <= 0:
             raise ValueError(f"{cost.dep.label}: a {prompt_len}-token prefill alone misses the {t * 1e3:.3g} ms TTFT target")
-        by_ttft = fleet.rate * cost.prefill_s / rho
+        by_ttft = ttft_replicas(fleet.rate, cost.prefill_s, rho)
         headroom = max(0.0, by_ttft - exact)
         exact = max(exact, by_ttft)
-    replicas = max(1, math.ceil(exact - 1e-9))
+    replicas = whole_replicas(exact)
     lines = {"prefill GPUs": lam * cost.prefill_s / u * per_replica_hour,
              "decode GPUs": lam * cost.decode_s / u * per_replica_hour,
              "TTFT headroom": headroom * per_replica_hour,

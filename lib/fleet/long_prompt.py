@@ -29,6 +29,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from lib.fleet.capacity import whole_replicas
+from lib.fleet.sizing_chain import ttft_replicas
 from lib.inputs import fraction, integer, real
 
 __all__ = ["OnePool", "Residency", "TwoPools", "one_pool", "resident_prefixes", "two_pools"]
@@ -63,13 +65,13 @@ class OnePool:
 
     @property
     def by_ttft(self) -> float:
-        return math.inf if self.rho_ttft <= 0 else self.rate * self.mean_prefill_s / self.rho_ttft
+        return ttft_replicas(self.rate, self.mean_prefill_s, self.rho_ttft)
 
     @property
     def replicas(self) -> float:
         """Whole replicas (inf when the TTFT target cannot be met at any size)."""
         need = max(self.by_busy, self.by_ttft)
-        return need if not math.isfinite(need) else max(1, math.ceil(need - 1e-9))
+        return whole_replicas(need)
 
     @property
     def gpus(self) -> float:
@@ -157,16 +159,14 @@ class TwoPools:
 
     @property
     def cold_by_ttft(self) -> float:
-        if self.cold_rate == 0:
-            return 0.0
-        return math.inf if self.rho_cold <= 0 else self.cold_rate * self.cold_service_s / self.rho_cold
+        return ttft_replicas(self.cold_rate, self.cold_service_s, self.rho_cold)
 
     @property
     def cold_replicas(self) -> float:
         need = max(self.cold_by_busy, self.cold_by_ttft)
         if self.cold_rate == 0:
             return 0
-        return need if not math.isfinite(need) else max(1, math.ceil(need - 1e-9))
+        return whole_replicas(need)
 
     @property
     def warm_by_busy(self) -> float:
@@ -174,14 +174,12 @@ class TwoPools:
 
     @property
     def warm_by_ttft(self) -> float:
-        if self.warm_rate == 0:
-            return 0.0
-        return math.inf if self.rho_warm <= 0 else self.warm_rate * self.warm_cost.prefill_s / self.rho_warm
+        return ttft_replicas(self.warm_rate, self.warm_cost.prefill_s, self.rho_warm)
 
     @property
     def warm_replicas(self) -> float:
         need = max(self.warm_by_busy, self.warm_by_ttft)
-        return need if not math.isfinite(need) else max(1, math.ceil(need - 1e-9))
+        return whole_replicas(need)
 
     @property
     def gpus(self) -> float:

@@ -32,10 +32,11 @@ import functools
 import math
 from dataclasses import dataclass
 
+from lib.fleet.capacity import whole_replicas
 from lib.inputs import fraction, integer, real
 from lib.registry import assumptions
 
-__all__ = ["FleetChain", "fleet_chain", "serving_deployment", "ttft_utilization"]
+__all__ = ["FleetChain", "fleet_chain", "serving_deployment", "ttft_replicas", "ttft_utilization"]
 
 
 def serving_deployment(model, gpu, tp: int, dtype: str = "bf16"):
@@ -78,6 +79,14 @@ def ttft_utilization(prefill_s: float, ttft_target_s: float, q: float = 0.99, se
     if t <= s:
         return 0.0
     return _ttft_utilization_unit(round(t / s, 6), q, integer("seed", seed, 0))
+
+
+def ttft_replicas(rate: float, prefill_s: float, rho_ttft: float) -> float:
+    """Replicas a TTFT target needs when each replica's prefill may run ``rho_ttft`` busy
+    (:func:`ttft_utilization`): rate x prefill_s / rho_ttft; 0 at no load, inf when rho_ttft is 0."""
+    if rate == 0:
+        return 0.0
+    return math.inf if rho_ttft <= 0 else rate * prefill_s / rho_ttft
 
 
 @dataclass(frozen=True)
@@ -127,7 +136,7 @@ class FleetChain:
     @property
     def by_ttft(self) -> float:
         """Replicas the TTFT target needs: rate x prefill_s / rho_ttft (inf when rho_ttft is 0)."""
-        return math.inf if self.rho_ttft <= 0 else self.rate * self.cost.prefill_s / self.rho_ttft
+        return ttft_replicas(self.rate, self.cost.prefill_s, self.rho_ttft)
 
     @property
     def binding(self) -> str:
@@ -141,7 +150,7 @@ class FleetChain:
         if not math.isfinite(self.by_ttft):
             raise ValueError(f"the prefill alone ({self.cost.prefill_s:.3g} s) misses the {self.ttft_target_s:.3g} s "
                              "TTFT target even on an idle replica: cache more of the prompt, add TP or relax the target")
-        return max(1, math.ceil(max(self.by_tpot, self.by_ttft) - 1e-9))
+        return whole_replicas(max(self.by_tpot, self.by_ttft))
 
     @property
     def gpus(self) -> int:
