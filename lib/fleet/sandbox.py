@@ -66,7 +66,9 @@ def sessions_per_host(t: Tech, workload_bytes: float, host_bytes: float, usable:
     bytes) against floor(cores x overcommit / vCPUs per session)."""
     mem = math.floor(real("host_bytes", host_bytes, 0, low_open=True) * fraction("usable", usable, allow_zero=False)
                      / session_bytes(t, workload_bytes))
-    cpu = math.floor(integer("host_cores", host_cores, 1) * real("overcommit", overcommit, 0, low_open=True)
+    # a session that exactly fills the last vCPUs fits (the 1e-9 vCPU slack first_fit_hosts allows), though
+    # cores x overcommit / vCPUs may land a rounding error below that whole number
+    cpu = math.floor((integer("host_cores", host_cores, 1) * real("overcommit", overcommit, 0, low_open=True) + 1e-9)
                      / real("vcpus", vcpus, 0, low_open=True))
     return (mem, "memory") if mem <= cpu else (cpu, "CPU")
 

@@ -48,3 +48,12 @@ def test_first_fit_equals_whole_sessions_per_host(n, wl, host, vcpu, cores, oc, 
 def test_gpu_hosts():
     assert sb.gpu_hosts(1000, 8, 7) == {"per_host": 56, "hosts": 18}
     assert sb.gpu_hosts(0, 8, 7)["hosts"] == 0
+
+
+def test_a_session_that_exactly_fills_the_vcpus_fits():
+    """7 cores x 4.817... overcommit / 4.817... vCPUs is 7 sessions, though the float ratio lands just under 7
+    (found by the property test above: the count said 2 hosts, first fit 1)."""
+    x = 4.817245120044302
+    args = (16 * sb.MIB, 16 * sb.GIB, 0.9, x, 7, x)
+    assert sb.hosts_for_sessions(7, sb.tech("container"), *args)["hosts"] == sb.first_fit_hosts(7, sb.tech("container"), *args) == 1
+
