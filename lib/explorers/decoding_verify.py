@@ -16,6 +16,7 @@ import numpy as np
 from lib.book import figures
 from lib.book.widgets import Choice, FloatRange, IntRange, View, explorer
 from lib.decoding import verify as dv
+from lib.numerics import reduction
 from lib.units import fmt_pct, sig
 
 RULES = ("lossless", *dv.BIASED_RULES)
@@ -118,10 +119,10 @@ _GAP_BINS = np.arange(-9.0, 0.51, 0.5)
 def flip_summary(log10_gap: float, split: int, hidden: int, seed: int, rows: int = FLIP_ROWS,
                  vocab: int = FLIP_VOCAB) -> dict:
     """I047: greedy argmax flips between two float32 reduction orders on seeded near-tie logits
-    (:func:`lib.decoding.verify.near_tie_problem`, :func:`lib.decoding.verify.argmax_flips`)."""
-    x, w1, w2 = dv.near_tie_problem(rows, hidden, vocab, 10.0 ** log10_gap, 4.0, seed)
+    (:func:`lib.numerics.reduction.near_tie_problem`, :func:`lib.numerics.reduction.argmax_flips`)."""
+    x, w1, w2 = reduction.near_tie_problem(rows, hidden, vocab, 10.0 ** log10_gap, 4.0, seed)
     h = x @ w1
-    r = dv.argmax_flips(h, w2, split, output_bf16=False)
+    r = reduction.argmax_flips(h, w2, split, output_bf16=False)
     exact = np.sort(h.astype(np.float64) @ w2.astype(np.float64), axis=1)[:, -2:]
     gap = exact[:, 1] - exact[:, 0]
     return {"flips": len(r["flips"]), "flip_share": len(r["flips"]) / rows, "gap": gap,

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from lib.inputs import integer, real
 
 __all__ = ["FormatDisagreement", "Pool", "PoolLoad", "ReplicaCapacity", "buy", "fp8_format_disagreement",
-           "mx_block_scale", "node_replica", "replica_capacity", "route", "ttft_quantile_s", "weights_by_capacity",
+           "node_replica", "replica_capacity", "route", "ttft_quantile_s", "weights_by_capacity",
            "weights_by_gpus"]
 
 
@@ -316,29 +316,6 @@ def node_replica(model, gpu, *, weight_dtype: str = "fp8", kv_dtype: str = "fp8"
     raise ValueError(f"{model} in {weight_dtype} does not fit {n} nodes of {chip.key}: {last}")
 
 
-MX_ROUNDING = ("floor", "ceil")
-
-
-def mx_block_scale(x, block: int = 32, rounding: str = "ceil"):
-    """MX shared scales along the last axis of ``x`` (length a multiple of ``block``): one power of two per block,
-    shape (..., n_blocks, 1) for ``x.reshape(..., n_blocks, block)``. ``rounding`` "floor": the OCP Microscaling
-    spec v1.0's 2^(floor(log2 amax) - 8) for E4M3 (emax 8), which puts the block's largest element in
-    [256, 512) and saturates it at 448 above that; "ceil": 2^ceil(log2(amax / 448)), the smallest power of two
-    that clips nothing (what production MXFP8 quantizers do to avoid the saturation). An all-zero block gets 1."""
-    import numpy as np
-
-    b = integer("block", block, 1)
-    if rounding not in MX_ROUNDING:
-        raise ValueError(f"rounding must be one of {MX_ROUNDING}, got {rounding!r}")
-    x = np.asarray(x, dtype=float)
-    if x.shape[-1] % b:
-        raise ValueError(f"the last axis ({x.shape[-1]}) must be a multiple of block = {b}")
-    amax = np.abs(x.reshape(*x.shape[:-1], x.shape[-1] // b, b)).max(axis=-1, keepdims=True)
-    safe = np.where(amax > 0, amax, 1.0)
-    e = np.floor(np.log2(safe)) - 8 if rounding == "floor" else np.ceil(np.log2(safe / 448.0))
-    return np.where(amax > 0, 2.0 ** e, 1.0)
-
-
 @dataclass(frozen=True)
 class FormatDisagreement:
     """A linear layer's outputs with its weights in two FP8 formats, against the float64 exact ones."""
@@ -358,11 +335,11 @@ def fp8_format_disagreement(*, vocab: int = 4096, hidden: int = 256, rows: int =
     """A synthetic output projection (``vocab`` x ``hidden`` Gaussian weights of std 0.02, ``outlier_channels``
     input channels scaled by ``outlier_scale``: the outlier channels LLM weights carry) quantized to E4M3 with one
     per-tensor amax scale (:func:`lib.numerics.fp8.amax_scale`) and with MX block scales along the hidden axis
-    (:func:`mx_block_scale`), both rounded by :func:`lib.numerics.fp8.fake_quantize`; ``rows`` Gaussian hidden
+    (:func:`lib.numerics.fp8.mx_block_scale`), both rounded by :func:`lib.numerics.fp8.fake_quantize`; ``rows`` Gaussian hidden
     states give logits y = h W^T in float64. Returns the relative errors and how often the greedy token differs."""
     import numpy as np
 
-    from lib.numerics.fp8 import amax_scale, fake_quantize
+    from lib.numerics.fp8 import amax_scale, fake_quantize, mx_block_scale
 
     v, d, r = integer("vocab", vocab, 2), integer("hidden", hidden, 1), integer("rows", rows, 1)
     b = integer("block", block, 1)

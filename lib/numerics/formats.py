@@ -9,7 +9,7 @@ import numpy as np
 
 from .fp8 import E4M3_MAX
 
-__all__ = ["largest_finite", "exp_overflow_score"]
+__all__ = ["bf16_round", "exp_overflow_score", "largest_finite"]
 
 _BF16_MAX = float(np.array(0x7F7F0000, np.uint32).view(np.float32))  # 0 11111110 1111111: (2 - 2^-7) 2^127
 _LARGEST = {"fp8": E4M3_MAX, "fp16": float(np.finfo(np.float16).max), "bf16": _BF16_MAX,
@@ -29,3 +29,12 @@ def exp_overflow_score(dtype: str) -> float:
     fp16: ln 65504 = 11.09; bf16 and fp32: 88.72; fp64: 709.8. Subtracting the row max keeps
     every exponent <= 0, so no score overflows."""
     return math.log(largest_finite(dtype))
+
+
+def bf16_round(x) -> np.ndarray:
+    """Round float32 values to bfloat16 (round to nearest, ties to even; returned as float32): keep
+    the top 16 bits of the IEEE pattern after adding 0x7FFF plus the lowest kept bit."""
+    a = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    b = a.view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    return b.astype(np.uint32).view(np.float32).reshape(a.shape)

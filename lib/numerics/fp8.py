@@ -545,3 +545,24 @@ def fp8_attention_sweep(q, k, v, contexts, scales: dict) -> dict[str, list[Atten
                 )
             )
     return out
+
+
+MX_ROUNDING = ("floor", "ceil")
+
+
+def mx_block_scale(x, block: int = 32, rounding: str = "ceil"):
+    """MX shared scales along the last axis of ``x`` (length a multiple of ``block``): one power of two per block,
+    shape (..., n_blocks, 1) for ``x.reshape(..., n_blocks, block)``. ``rounding`` "floor": the OCP Microscaling
+    spec v1.0's 2^(floor(log2 amax) - 8) for E4M3 (emax 8), which puts the block's largest element in
+    [256, 512) and saturates it at 448 above that; "ceil": 2^ceil(log2(amax / 448)), the smallest power of two
+    that clips nothing (what production MXFP8 quantizers do to avoid the saturation). An all-zero block gets 1."""
+    b = integer("block", block, 1)
+    if rounding not in MX_ROUNDING:
+        raise ValueError(f"rounding must be one of {MX_ROUNDING}, got {rounding!r}")
+    x = np.asarray(x, dtype=float)
+    if x.shape[-1] % b:
+        raise ValueError(f"the last axis ({x.shape[-1]}) must be a multiple of block = {b}")
+    amax = np.abs(x.reshape(*x.shape[:-1], x.shape[-1] // b, b)).max(axis=-1, keepdims=True)
+    safe = np.where(amax > 0, amax, 1.0)
+    e = np.floor(np.log2(safe)) - 8 if rounding == "floor" else np.ceil(np.log2(safe / 448.0))
+    return np.where(amax > 0, 2.0 ** e, 1.0)

@@ -318,3 +318,17 @@ def test_attention_error_static_vs_dynamic_and_sweep_agree():
     assert dyn.clipped_tokens == 0 and dyn.output_rel_error < 0.2
     with pytest.raises(ValueError, match="context"):
         fp8.fp8_attention_error(q, k, v, 5000)
+
+
+@settings(max_examples=25, deadline=None)
+@given(exp=st.integers(-20, 20), mant=st.floats(1.0, 1.999), rounding=st.sampled_from(fp8.MX_ROUNDING))
+def test_mx_scale_is_a_power_of_two_that_puts_the_block_max_in_range(exp, mant, rounding):
+    x = np.full((1, 32), 0.1 * 2.0 ** exp)
+    x[0, 5] = mant * 2.0 ** exp
+    s = fp8.mx_block_scale(x, 32, rounding)[0, 0, 0]
+    assert math.log2(s) == int(math.log2(s))
+    top = mant * 2.0 ** exp / s
+    if rounding == "ceil":
+        assert 224 < top <= 448 * (1 + 1e-12)  # the smallest power of two that clips nothing
+    else:
+        assert 256 <= top < 512  # OCP: floor(log2 amax) - emax, may exceed 448 and saturate
