@@ -39,13 +39,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class Choice:
-    """One of a fixed list of options (a dropdown)."""
+    """One of a fixed list of options (a dropdown). An int matches a float option of the same value
+    (25 for 25.0, as FloatRange accepts it); a bool never matches a number."""
 
     options: tuple
     label: str = ""
 
     def valid(self, value) -> bool:
-        return any(value == o and type(value) is type(o) for o in self.options)
+        return any(value == o and (type(value) is type(o) or (type(value) is int and type(o) is float))
+                   for o in self.options)
 
     def describe(self) -> str:
         return "one of " + ", ".join(map(repr, self.options))

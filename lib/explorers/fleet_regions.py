@@ -214,7 +214,7 @@ def _build_stampede(fig) -> SimpleNamespace:
     a.jit = ax.plot([0.0], [0.0], color="C0", lw=1.4, drawstyle="steps-post", label="retries with jittered backoff")[0]
     a.cap = ax.axhline(1.0, color="0.3", ls=":", lw=1.2, label="survivors' spare capacity")
     figures.log_scale(ax, "y")
-    ax.set_xlabel("seconds after the region drops")
+    ax.set_xlabel("seconds after routing flips to the survivors")
     ax.set_ylabel("requests/s arriving at the survivors")
     ax.grid(True)
     return a
@@ -237,33 +237,41 @@ _STAMPEDE_FIGURE = figures.LiveFigure(6.0, 3.2, _build_stampede, _draw_stampede)
     "fleet.stampede",
     lost_rate=FloatRange(0.5, 500.0, 0.5, label="lost region's requests/s"),
     request_s=FloatRange(1.0, 120.0, 1.0, label="mean request duration (s)"),
+    detect_s=FloatRange(0.0, 300.0, 5.0, label="seconds until routing flips"),
     spread_s=FloatRange(1.0, 120.0, 1.0, label="retry jitter window (s)"),
     spare_rate=FloatRange(0.5, 1000.0, 0.5, label="survivors' spare capacity (requests/s)"),
     seed=IntRange(0, 1000, label="seed"),
 )
-def stampede_view(lost_rate: float, request_s: float, spread_s: float, spare_rate: float, seed: int) -> View:
-    """N062: arrivals at the survivors in the minute after a region drops, immediate retries against
-    retries spread over a jitter window, against the survivors' spare capacity."""
+def stampede_view(lost_rate: float, request_s: float, detect_s: float, spread_s: float, spare_rate: float,
+                  seed: int) -> View:
+    """N062: arrivals at the survivors in the minute after routing flips to them, ``detect_s`` after a region drops:
+    the clients retrying then (the requests open at the drop and every one that failed until the flip), immediate
+    retries against retries spread over a jitter window, against the survivors' spare capacity."""
     from lib.fleet import regions
     from lib.scheduling.queueing import littles_law
 
     in_flight = littles_law(arrival_rate=lost_rate, W=request_s)
     if in_flight > 1e6:
         raise ValueError(f"{in_flight:.3g} requests in flight is beyond the explorer's simulation (1e6)")
-    now = regions.retry_arrivals(in_flight, lost_rate, 1.0, 60.0, seed)
-    jit = regions.retry_arrivals(in_flight, lost_rate, spread_s, 60.0, seed + 1)
+    retrying = in_flight + lost_rate * detect_s
+    if retrying > 1e6:
+        raise ValueError(f"{retrying:.3g} clients retrying at the flip is beyond the explorer's simulation (1e6)")
+    now = regions.retry_arrivals(retrying, lost_rate, 1.0, 60.0, seed)
+    jit = regions.retry_arrivals(retrying, lost_rate, spread_s, 60.0, seed + 1)
     t = np.arange(now.size, dtype=float)
     over_now = float(np.maximum(0.0, now - spare_rate).sum())
     over_jit = float(np.maximum(0.0, jit - spare_rate).sum())
     rows = [("requests in flight when it drops", fmt_int(in_flight)),
+            ("clients retrying when routing flips", fmt_int(retrying)),
             ("peak, immediate retries", f"{sig(now.max())} requests/s"),
             (f"peak, jitter over {sig(spread_s)} s", f"{sig(jit.max())} requests/s"),
-            ("closed form with jitter", f"{sig(regions.retry_peak_rate(in_flight, lost_rate, spread_s))} requests/s"),
+            ("closed form with jitter", f"{sig(regions.retry_peak_rate(retrying, lost_rate, spread_s))} requests/s"),
             ("requests above spare: immediate / jittered", f"{fmt_int(over_now)} / {fmt_int(over_jit)}")]
-    caption = (f"Arrivals at the survivors after a region carrying {sig(lost_rate)} requests/s drops with "
-               f"{fmt_int(in_flight)} requests open (log y): immediate retries peak at {sig(now.max())} requests/s, "
+    caption = (f"Arrivals at the survivors after routing flips, {sig(detect_s)} s after a region carrying {sig(lost_rate)} "
+               f"requests/s dropped with {fmt_int(in_flight)} requests open, so {fmt_int(retrying)} clients are retrying "
+               f"(log y): immediate retries peak at {sig(now.max())} requests/s, "
                f"jitter over {sig(spread_s)} s at {sig(jit.max())}, against {sig(spare_rate)} of spare capacity.")
     fig = _STAMPEDE_FIGURE(t, now, jit, spare_rate)
     return View("The retry stampede", rows, fig, caption=caption,
                 note="jitter fits the spare" if jit.max() <= spare_rate else "shed or queue the excess",
-                values={"in_flight": in_flight, "peak_now": float(now.max()), "peak_jit": float(jit.max())})
+                values={"in_flight": in_flight, "retrying": retrying, "peak_now": float(now.max()), "peak_jit": float(jit.max())})

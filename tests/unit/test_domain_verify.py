@@ -32,6 +32,8 @@ def test_parse_each_spec_kind():
 def test_domains_refuse_lookalike_types():
     assert not d.IntRange(0, 9).valid(True) and not d.IntRange(0, 9).valid(4.0)
     assert not d.Choice((1, 2)).valid(True)
+    assert d.Choice((12.5, 25.0)).valid(25) and not d.Choice((12.5, 25.0)).valid(True)
+    assert not d.Choice((1, 2)).valid(2.0)  # an int option stays an int
     assert not d.FloatRange(0, 1).valid(float("nan"))
 
 
