@@ -334,12 +334,13 @@ def fp8_format_disagreement(*, vocab: int = 4096, hidden: int = 256, rows: int =
                             seed: int = 0) -> FormatDisagreement:
     """A synthetic output projection (``vocab`` x ``hidden`` Gaussian weights of std 0.02, ``outlier_channels``
     input channels scaled by ``outlier_scale``: the outlier channels LLM weights carry) quantized to E4M3 with one
-    per-tensor amax scale (:func:`lib.numerics.fp8.amax_scale`) and with MX block scales along the hidden axis
-    (:func:`lib.numerics.fp8.mx_block_scale`), both rounded by :func:`lib.numerics.fp8.fake_quantize`; ``rows`` Gaussian hidden
+    per-tensor amax scale (:func:`lib.numerics.fp8.amax_scale`, :func:`lib.numerics.fp8.fake_quantize`) and as MX
+    (1 x ``block`` tiles along the hidden axis with power-of-two scales: :func:`lib.numerics.fp8.block_fake_quantize`,
+    the book's one MX quantizer, scales from :func:`lib.numerics.fp8.mx_block_scale`); ``rows`` Gaussian hidden
     states give logits y = h W^T in float64. Returns the relative errors and how often the greedy token differs."""
     import numpy as np
 
-    from lib.numerics.fp8 import amax_scale, fake_quantize, mx_block_scale
+    from lib.numerics.fp8 import amax_scale, block_fake_quantize, block_scale, fake_quantize
 
     v, d, r = integer("vocab", vocab, 2), integer("hidden", hidden, 1), integer("rows", rows, 1)
     b = integer("block", block, 1)
@@ -352,9 +353,9 @@ def fp8_format_disagreement(*, vocab: int = 4096, hidden: int = 256, rows: int =
     w[:, rng.choice(d, k, replace=False)] *= big
     h = rng.standard_normal((r, d))
     w_pt = fake_quantize(w, amax_scale(w))
-    scale = mx_block_scale(w, b, rounding)
-    blocks = w.reshape(v, d // b, b)
-    w_mx = fake_quantize(blocks, scale).reshape(v, d)
+    scale = block_scale(w, (1, b), "e8m0", rounding)  # (v, 1, d / b, 1)
+    blocks = w.reshape(v, 1, d // b, b)
+    w_mx = block_fake_quantize(w, (1, b), "e8m0", rounding)
     clipped = float(np.mean(np.abs(blocks) > 448.0 * scale * (1 + 1e-12)))
     # One GEMM for the three weight sets and Frobenius norms without BLAS: fewer multi-threaded BLAS calls keep the
     # explorer fast on a loaded machine (the values are the same products and norms).

@@ -1,2 +1,2 @@
-"""Number formats as arithmetic: the largest finite value and exp's overflow edge per dtype
-(:mod:`.formats`), FP8 (E4M3) rounding, scales and the error they leave in attention (:mod:`.fp8`)."""
+"""Numerics: BF16 and FP8 bit-exact (formats, fp8), reduction order, determinism and running sums (reduction,
+determinism, accumulation), scales per tensor, row, block and GPU pool (scales, pools), eval statistics (evals, needle)."""

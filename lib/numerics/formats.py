@@ -9,7 +9,7 @@ import numpy as np
 
 from .fp8 import E4M3_MAX
 
-__all__ = ["bf16_round", "exp_overflow_score", "largest_finite"]
+__all__ = ["bf16_round", "bf16_ulp", "exp_overflow_score", "largest_finite"]
 
 _BF16_MAX = float(np.array(0x7F7F0000, np.uint32).view(np.float32))  # 0 11111110 1111111: (2 - 2^-7) 2^127
 _LARGEST = {"fp8": E4M3_MAX, "fp16": float(np.finfo(np.float16).max), "bf16": _BF16_MAX,
@@ -38,3 +38,10 @@ def bf16_round(x) -> np.ndarray:
     b = a.view(np.uint32).astype(np.uint64)
     b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
     return b.astype(np.uint32).view(np.float32).reshape(a.shape)
+
+
+def bf16_ulp(y) -> np.ndarray:
+    """Spacing of the bfloat16 grid at |y| (8 significant bits): 2^(floor(log2|y|) - 7); 2^-133 at zero."""
+    a = np.abs(np.asarray(y, dtype=np.float64))
+    _, e = np.frexp(np.where(a > 0, a, 2.0**-126))
+    return np.ldexp(1.0, e - 1 - 7)

@@ -566,3 +566,51 @@ def mx_block_scale(x, block: int = 32, rounding: str = "ceil"):
     safe = np.where(amax > 0, amax, 1.0)
     e = np.floor(np.log2(safe)) - 8 if rounding == "floor" else np.ceil(np.log2(safe / 448.0))
     return np.where(amax > 0, 2.0 ** e, 1.0)
+
+
+# ---- general block scales (FP32 or power-of-two), e.g. DeepSeek-V3's 1x128 / 128x128 and MX's 1x32 ----------
+
+BLOCK_SCALE_FORMATS = ("fp32", "e8m0")
+
+
+def block_scale(x, block=(1, 128), scale_format: str = "fp32", rounding: str = "ceil") -> np.ndarray:
+    """One E4M3 scale per ``block`` = (rows, cols) tile of the 2-D ``x`` (both dimensions multiples of the block),
+    shape (R / br, 1, C / bc, 1) so it broadcasts against ``x.reshape(R / br, br, C / bc, bc)``.
+
+    "fp32": s = amax(tile) / 448 (any positive float: the tile's largest element maps exactly to 448), the format
+    of DeepSeek-V3's FP8 checkpoint (1 x 128 activation tiles per token, 128 x 128 weight blocks, float32 scales,
+    deepseek-ai/DeepSeek-V3 README_WEIGHTS.md) and of Hopper's block-scaled FP8 GEMMs. "e8m0": s =
+    2^ceil(log2(amax / 448)), the smallest power of two that clips nothing (an E8M0 byte holds only the exponent),
+    or with ``rounding="floor"`` the OCP spec's 2^(floor(log2 amax) - 8): the tile amax goes through
+    :func:`mx_block_scale` (the one home of the power-of-two scale), so block (1, 32) is exactly MX. ``rounding``
+    applies to "e8m0" only. An all-zero tile gets 1."""
+    if scale_format not in BLOCK_SCALE_FORMATS:
+        raise ValueError(f"scale_format must be one of {BLOCK_SCALE_FORMATS}, got {scale_format!r}")
+    a = np.asarray(_array(x, "x"), dtype=np.float64)
+    if a.ndim != 2:
+        raise ValueError(f"x must be 2-D (rows, cols), got shape {a.shape}")
+    if len(tuple(block)) != 2:
+        raise ValueError(f"block must be (rows, cols), got {block!r}")
+    br, bc = (integer("block", b, 1) for b in block)
+    r, c = a.shape
+    if r % br or c % bc:
+        raise ValueError(f"x's shape {a.shape} must be a multiple of block = ({br}, {bc}) in both dimensions")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("x must be finite to compute block scales")
+    if rounding not in MX_ROUNDING:
+        raise ValueError(f"rounding must be one of {MX_ROUNDING}, got {rounding!r}")
+    amax = np.abs(a.reshape(r // br, br, c // bc, bc)).max(axis=(1, 3), keepdims=True)
+    if scale_format == "e8m0":
+        return mx_block_scale(amax, 1, rounding).reshape(amax.shape)
+    return np.where(amax > 0, amax / E4M3_MAX, 1.0)
+
+
+def block_fake_quantize(x, block=(1, 128), scale_format: str = "fp32", rounding: str = "ceil") -> np.ndarray:
+    """x_hat: each ``block`` tile of the 2-D ``x`` round-tripped through E4M3 with its own scale
+    (:func:`block_scale`, :func:`fake_quantize`; a "floor" power-of-two scale saturates at 448), float64, same
+    shape as x. With block (1, 32) and "e8m0" this is MXFP8."""
+    a = np.asarray(_array(x, "x"), dtype=np.float64)
+    s = block_scale(a, block, scale_format, rounding)
+    br, bc = int(block[0]), int(block[1])
+    r, c = a.shape
+    return fake_quantize(a.reshape(r // br, br, c // bc, bc), s).reshape(r, c)

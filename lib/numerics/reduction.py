@@ -1,11 +1,19 @@
 """Reduction order as a source of different bits: the same dot products summed in two orders
 (a kernel that walks K in one accumulator against a split-K kernel chosen for another batch shape),
 the greedy tokens that flip when the logits differ in the last bits, and seeded near-tie inputs
-that make the flips visible. numpy only, float32 accumulation one rounding per term."""
+that make the flips visible. numpy only, float32 accumulation one rounding per term.
+
+For batch invariance (chapters/10-numerics): :func:`split_sum` sums in any split, :func:`layered_logits`
+runs a seeded bf16 residual stack with every reduction in one split, :func:`logits_two_orders` and
+:func:`flip_rate_vs_gap` give the share of greedy tokens that flip between two splits at a given top-two gap, :func:`divergence_probability` turns a per-token flip chance into
+the chance a completion differs, and :func:`kernel_choice` / :func:`batch_invariant_cost` read which
+split-K a tiled GEMM picks at each batch size and what one fixed configuration costs
+(:mod:`lib.kernels.gemm_waves`)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -13,23 +21,16 @@ from lib.inputs import integer, real
 
 from .formats import bf16_round
 
-__all__ = ["argmax_flips", "near_tie_problem", "sum_two_orders"]
+__all__ = ["BatchInvariantCost", "KernelChoice", "argmax_flips", "batch_invariant_cost", "divergence_probability",
+           "flip_rate_vs_gap", "kernel_choice", "layered_logits", "logits_two_orders", "near_tie_problem", "split_sum", "sum_two_orders",
+           "tokens_to_divergence"]
 
 
 def sum_two_orders(h: np.ndarray, w: np.ndarray, split: int) -> tuple[np.ndarray, np.ndarray]:
     """h @ w in float32 twice: one accumulator over the inner index in order (a kernel that walks K),
-    and ``split`` contiguous partial sums added at the end (a split-K kernel for another shape)."""
-    seq = np.zeros((h.shape[0], w.shape[1]), np.float32)
-    parts = np.zeros((split, *seq.shape), np.float32)
-    owner = np.repeat(np.arange(split), [len(c) for c in np.array_split(np.arange(h.shape[1]), split)])
-    for i in range(h.shape[1]):  # float32 += float32: one rounding per term, in this order
-        term = h[:, i : i + 1] * w[i]
-        seq += term
-        parts[owner[i]] += term
-    total = parts[0].copy()
-    for part in parts[1:]:
-        total += part
-    return seq, total
+    and ``split`` contiguous partial sums added at the end (a split-K kernel for another shape):
+    ``(split_sum(h, w, 1), split_sum(h, w, split))`` (:func:`split_sum`, the one implementation)."""
+    return split_sum(h, w, 1), split_sum(h, w, split)
 
 
 def argmax_flips(hidden, weight, split: int, output_bf16: bool = True, upstream=None) -> dict:
@@ -87,3 +88,154 @@ def near_tie_problem(rows: int, d: int, vocab: int, tie_gap: float, logit_std: f
     twins = w2[:, 0 : v - 1 : 2] + tie_gap * rng.standard_normal((dd, v // 2)) / math.sqrt(dd)
     w2[:, 1::2] = twins[:, : w2[:, 1::2].shape[1]]
     return x.astype(np.float32), w1.astype(np.float32), w2.astype(np.float32)
+
+
+def split_sum(h, w, split: int) -> np.ndarray:
+    """h @ w in float32 with the inner index cut into ``split`` contiguous pieces (numpy.array_split's
+    pieces), each summed in order in one float32 accumulator that starts at +0 (one rounding per
+    product and one per addition), then the partial sums added in order: split = 1 is one accumulator
+    walking K. The loop runs over K with each step vectorized over (rows, n): memory stays at one
+    (rows, n) accumulator (a cumsum over a (rows, d, n) tensor gives the same bits 10-60x slower)."""
+    a = np.asarray(h, dtype=np.float32)
+    b = np.asarray(w, dtype=np.float32)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"h (rows, d) and w (d, n) must agree on d, got {a.shape} and {b.shape}")
+    s = integer("split", split, 1, a.shape[1])
+    total = None
+    for idx in np.array_split(np.arange(a.shape[1]), s):
+        part = np.zeros((a.shape[0], b.shape[1]), np.float32)
+        for i in idx:  # float32 += float32 product: one rounding per term, in this order
+            part += a[:, i : i + 1] * b[i]
+        if total is None:
+            total = part
+        else:
+            total += part
+    return total
+
+
+def layered_logits(x, layers, head, split: int, output_bf16: bool = False) -> np.ndarray:
+    """Logits of a bf16 residual stack with every reduction in one ``split`` (:func:`split_sum`):
+    h_0 = bf16(x); h_{l+1} = bf16(h_l + bf16(h_l @ W_l)); logits = h_L @ head (float32, rounded to bf16
+    when ``output_bf16``). Two splits give two bit patterns of the same model: the kernel a batch size
+    picks is the only difference."""
+    h = bf16_round(np.asarray(x, dtype=np.float32))
+    for w in layers:
+        h = bf16_round(h + bf16_round(split_sum(h, w, split)))
+    out = split_sum(h, head, split)
+    return bf16_round(out) if output_bf16 else out
+
+
+def logits_two_orders(split_a: int, split_b: int, layers: int = 4, rows: int = 400, d: int = 64, vocab: int = 64,
+                      logit_std: float = 4.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """One seeded model's float32 logits computed twice, every reduction in ``split_a`` and then in
+    ``split_b`` (:func:`layered_logits`): x and the first layer from :func:`near_tie_problem`, the other
+    ``layers`` - 1 layers N(0, 1/(d layers)), an lm_head of independent columns with logit std
+    ``logit_std``. The difference b - a is what a change of batch (of kernel) does to the logits."""
+    n_layers = integer("layers", layers, 1, 64)
+    x, w1, _ = near_tie_problem(rows, d, 2, 0.0, logit_std, seed)
+    dd = x.shape[1]
+    sa, sb = integer("split_a", split_a, 1, dd), integer("split_b", split_b, 1, dd)
+    rng = np.random.default_rng(integer("seed", seed, 0) + 1)
+    ws = [w1 / np.float32(math.sqrt(n_layers))] + [
+        (rng.standard_normal((dd, dd)) / math.sqrt(dd * n_layers)).astype(np.float32) for _ in range(n_layers - 1)]
+    head = (rng.standard_normal((dd, integer("vocab", vocab, 2))) * logit_std / math.sqrt(dd)).astype(np.float32)
+    return layered_logits(x, ws, head, sa), layered_logits(x, ws, head, sb)
+
+
+def flip_rate_vs_gap(first, second, gaps) -> np.ndarray:
+    """The share of rows whose greedy token flips between two computations of the logits when the top
+    two (in ``first``) are a planted ``gap`` apart: move the runner-up to top - gap in both (the same
+    fp32 bias), and it wins in ``second`` when its change exceeds the top token's by more than the gap:
+    F(g) = mean[(b_2 - a_2) - (b_1 - a_1) > g]. One value per gap (gaps >= 0, logit units)."""
+    a = np.asarray(first, dtype=np.float64)
+    b = np.asarray(second, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 2 or a.shape[1] < 2:
+        raise ValueError(f"first and second must be (rows, vocab >= 2) logits of one shape, got {a.shape}, {b.shape}")
+    g = np.asarray(gaps, dtype=np.float64)
+    if np.any(~np.isfinite(g)) or np.any(g < 0):
+        raise ValueError(f"gaps must be finite and >= 0, got {gaps!r}")
+    order = np.argsort(-a, axis=1, kind="stable")
+    rows = np.arange(a.shape[0])
+    i1, i2 = order[:, 0], order[:, 1]
+    swing = (b[rows, i2] - a[rows, i2]) - (b[rows, i1] - a[rows, i1])
+    return (swing[None, :] > g.reshape(-1, 1)).mean(axis=1).reshape(g.shape)
+
+
+def divergence_probability(p_token, tokens):
+    """The chance a greedy completion of ``tokens`` tokens differs somewhere between two runs when each
+    token flips independently with probability ``p_token``: 1 - (1 - p)^n (computed as
+    -expm1(n log1p(-p)) so tiny p keep their digits). Arrays broadcast."""
+    p = np.asarray(p_token, dtype=np.float64)
+    n = np.asarray(tokens, dtype=np.float64)
+    if np.any(~np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
+        raise ValueError(f"p_token must lie in [0, 1], got {p_token!r}")
+    if np.any(~np.isfinite(n)) or np.any(n < 0):
+        raise ValueError(f"tokens must be >= 0, got {tokens!r}")
+    out = -np.expm1(n * np.log1p(-np.minimum(p, 1 - 1e-16))) if np.all(p < 1) else 1.0 - (1.0 - p) ** n
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def tokens_to_divergence(p_token: float, probability: float = 0.5) -> float:
+    """The completion length at which two runs differ with ``probability``: log(1 - P) / log(1 - p)
+    (inf when p = 0)."""
+    p = real("p_token", p_token, 0, 1, high_open=True)
+    q = real("probability", probability, 0, 1, low_open=True, high_open=True)
+    return math.inf if p == 0 else math.log1p(-q) / math.log1p(-p)
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """The GEMM configuration a shape-driven heuristic picks at batch m: tile shape, split-K pieces of
+    the leftover tiles, and the time (seconds) under :func:`lib.kernels.gemm_waves.split_leftover`."""
+
+    m: int
+    tile: str
+    splits: int
+    time_s: float
+
+
+def kernel_choice(m: int, n: int, k: int, chip, dtype: str = "bf16", tile: str | None = None) -> KernelChoice:
+    """The fastest (tile, split-K) for C[m, n] = A[m, k] B[k, n] on ``chip`` (``tile`` fixes the tile):
+    what an autotuned library picks for this batch size. Its reduction order along K is set by the
+    split, so two batch sizes with different splits give different bits for the same row."""
+    from lib.kernels import gemm_waves as gw
+
+    tiles = gw.TILE_SHAPES if tile is None else (tile,)
+    best = min((gw.split_leftover(m, n, k, chip, t, dtype) for t in tiles), key=lambda r: (r.time_s, r.splits))
+    return KernelChoice(int(m), best.base.tile, best.splits, best.time_s)
+
+
+@dataclass(frozen=True)
+class BatchInvariantCost:
+    """Per batch size: the heuristic's choice, and the time of one fixed configuration (``tile``, no
+    split-K: one reduction order whatever the batch), chosen to minimize the summed time over
+    ``batches``."""
+
+    batches: tuple[int, ...]
+    best: tuple[KernelChoice, ...]
+    tile: str
+    invariant_s: tuple[float, ...]
+
+    @property
+    def ratio(self) -> np.ndarray:
+        """invariant / best time at each batch size (>= 1)."""
+        return np.array(self.invariant_s) / np.array([c.time_s for c in self.best])
+
+    @property
+    def orders(self) -> int:
+        """Distinct split-K counts the heuristic uses over the batches: distinct reduction orders."""
+        return len({c.splits for c in self.best})
+
+
+def batch_invariant_cost(n: int, k: int, chip, batches, dtype: str = "bf16") -> BatchInvariantCost:
+    """:func:`kernel_choice` at each batch size against one batch-invariant configuration: the tile
+    shape that, without split-K, minimizes the summed time over ``batches``."""
+    from lib.kernels import gemm_waves as gw
+
+    ms = tuple(integer("batch", int(b) if isinstance(b, np.integer) else b, 1, 10**6) for b in batches)
+    if not ms:
+        raise ValueError("batches must list at least one batch size")
+    best = tuple(kernel_choice(m, n, k, chip, dtype) for m in ms)
+    fixed = {t: tuple(gw.split_leftover(m, n, k, chip, t, dtype, splits=1).time_s for m in ms) for t in gw.TILE_SHAPES}
+    tile = min(fixed, key=lambda t: (sum(fixed[t]), gw.TILE_SHAPES.index(t)))
+    return BatchInvariantCost(ms, best, tile, fixed[tile])

@@ -9,6 +9,8 @@ alert rules of :mod:`lib.sre.slo` fired and stopped on its bad-fraction series.
 * :func:`simulate_program`: a seeded history of incidents from recurring causes and the postmortem
   action items they open, closed with or without tracking (:class:`ProgramRun`): repeat incidents,
   detection gaps and budget over time, closure rates and open items' ages.
+* :func:`closed_by` and :func:`expected_repeats`: the same item process in closed form (the chance an item
+  is closed by a time; the incidents one cause still produces over a horizon).
 * :func:`alert_intervals`: evaluate a multiwindow rule step by step on a bad-fraction series and
   return the intervals during which it fires (the first start is :func:`lib.sre.slo.first_alert_s`;
   the end of an interval gives the reset time).
@@ -27,7 +29,8 @@ from lib.inputs import fraction, integer, real
 from lib.sre import slo
 from lib.sre.slo import AlertRule
 
-__all__ = ["Incident", "ProgramRun", "alert_intervals", "first_detection", "simulate_program"]
+__all__ = ["Incident", "ProgramRun", "alert_intervals", "closed_by", "expected_repeats", "first_detection",
+           "simulate_program"]
 
 PHASES = ("trigger_s", "impact_s", "detect_s", "mitigate_s", "resolve_s")
 
@@ -245,3 +248,27 @@ def simulate_program(months: float, incidents_per_month: float, n_causes: int, t
                       np.array(out["ttd"]), np.array(out["paged"], dtype=bool), np.array(out["budget"]),
                       np.flatnonzero(opened), item_open[opened], item_close[opened], horizon,
                       float(mitigate_s))
+
+
+# ---- the closed forms of one cause's action item (the process simulate_program samples) --------------
+
+
+def closed_by(t_s: float, close_mean_s: float, abandon: float) -> float:
+    """P(an item is closed ``t_s`` after it opens): (1 - abandon)(1 - exp(-t / close_mean))."""
+    t = real("t_s", t_s, 0, unit="seconds")
+    m = real("close_mean_s", close_mean_s, 0, low_open=True, unit="seconds")
+    return (1.0 - fraction("abandon", abandon)) * -math.expm1(-t / m)
+
+
+def expected_repeats(rate_per_s: float, horizon_s: float, close_mean_s: float, abandon: float,
+                     fix_effect: float) -> float:
+    """Expected incidents of one cause in the ``horizon_s`` after its postmortem opens the item: a Poisson
+    process at ``rate_per_s`` thinned to ``1 - fix_effect`` once the item closes,
+    rate [H - fix (1 - a)(H - m (1 - exp(-H / m)))] (the integral of P(closed by s) over [0, H])."""
+    r = real("rate_per_s", rate_per_s, 0, unit="incidents per second")
+    h = real("horizon_s", horizon_s, 0, unit="seconds")
+    m = real("close_mean_s", close_mean_s, 0, low_open=True, unit="seconds")
+    a = fraction("abandon", abandon)
+    fix = fraction("fix_effect", fix_effect)
+    closed_time = (1.0 - a) * (h + m * math.expm1(-h / m))  # integral of P(closed by s) ds
+    return r * (h - fix * closed_time)

@@ -147,6 +147,15 @@ def test_no_cell_ends_in_a_bare_glue_or_semicolon(path):
         assert not re.match(r"glue\(", last), f"cell ends with a bare glue(...): {last} (end with show(...))"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_code_reads_glued_text_not_the_widget(path):
+    # glued.NAME is a live widget for the prose; code that tests a glued sentence reads lib.book.glue.text(NAME).
+    for cell in _nb(path)["cells"]:
+        if cell["cell_type"] == "code":
+            hit = re.search(r"(str|repr|format)\(glued\.\w+|f\"[^\"]*\{glued\.\w+", _src(cell))
+            assert not hit, f"code reads a glue widget: {hit.group(0)!r}; use lib.book.glue.text(name)"
+
+
 FIGURE_MIMES = ("image/svg+xml", "image/png")
 
 

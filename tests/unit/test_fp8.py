@@ -332,3 +332,66 @@ def test_mx_scale_is_a_power_of_two_that_puts_the_block_max_in_range(exp, mant, 
         assert 224 < top <= 448 * (1 + 1e-12)  # the smallest power of two that clips nothing
     else:
         assert 256 <= top < 512  # OCP: floor(log2 amax) - emax, may exceed 448 and saturate
+
+
+# ---- block_scale / block_fake_quantize (general block scales, FP32 or E8M0) ------------------------------------
+
+
+def test_block_scale_fp32_maps_each_tile_amax_to_448():
+    x = np.random.default_rng(0).standard_normal((4, 256))
+    s = fp8.block_scale(x, (1, 128), "fp32")
+    assert s.shape == (4, 1, 2, 1)
+    tiles = x.reshape(4, 1, 2, 128)
+    assert np.allclose(np.abs(tiles).max(axis=(1, 3), keepdims=True) / s, 448.0)
+    xh = fp8.block_fake_quantize(x, (1, 128))
+    assert np.allclose(np.abs(xh).reshape(4, 2, 128).max(axis=2), np.abs(x).reshape(4, 2, 128).max(axis=2))
+
+
+def test_block_e8m0_1x32_is_mx_ceil():
+    """Oracle: with (1, 32) blocks and power-of-two scales the general quantizer is mx_block_scale(ceil)."""
+    x = np.random.default_rng(1).standard_normal((8, 128)) * np.r_[[50.0] * 3, [1.0] * 125]
+    a = fp8.block_fake_quantize(x, (1, 32), "e8m0")
+    b = fp8.fake_quantize(x.reshape(8, 4, 32), fp8.mx_block_scale(x, 32, "ceil")).reshape(8, 128)
+    assert np.array_equal(a, b)
+    # the OCP floor rounding too (saturating the block's largest element at 448), and 128-tiles repeated over 4
+    # MX sub-blocks are a valid MX tensor: the same values as 32-element blocks carrying the tile's scale
+    fl = fp8.block_fake_quantize(x, (1, 32), "e8m0", "floor")
+    assert np.array_equal(fl, fp8.fake_quantize(x.reshape(8, 4, 32), fp8.mx_block_scale(x, 32, "floor")).reshape(8, 128))
+    s128 = np.repeat(fp8.block_scale(x, (1, 128), "e8m0").reshape(8, 1), 4, axis=1)[..., None]
+    assert np.array_equal(fp8.fake_quantize(x.reshape(8, 4, 32), s128).reshape(8, 128), fp8.block_fake_quantize(x, (1, 128), "e8m0"))
+    with pytest.raises(ValueError, match="rounding"):
+        fp8.block_scale(x, (1, 32), "e8m0", "nearest")
+
+
+def test_block_2d_weight_blocks_and_errors():
+    w = np.random.default_rng(2).standard_normal((256, 128))
+    s = fp8.block_scale(w, (128, 128), "fp32")
+    assert s.shape == (2, 1, 1, 1)
+    assert np.isclose(float(s[0, 0, 0, 0]), np.abs(w[:128]).max() / 448)
+    assert np.array_equal(fp8.block_scale(np.zeros((2, 128))), np.ones((2, 1, 1, 1)))
+    with pytest.raises(ValueError, match="multiple"):
+        fp8.block_scale(w, (100, 128))
+    with pytest.raises(ValueError, match="scale_format"):
+        fp8.block_scale(w, (128, 128), "e4m3")
+    with pytest.raises(ValueError, match="2-D"):
+        fp8.block_scale(np.ones(128))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.floats(-20, 20), st.sampled_from(["fp32", "e8m0"]))
+def test_block_quantize_properties(seed, log2_mult, fmt):
+    """Nothing clips (|x_hat| <= 448 s of its tile; FP32 scales keep each tile's amax exactly), the relative
+    rounding error of normal values is at most 2^-4, and power-of-two scales commute with multiplying x by a
+    power of two."""
+    x = np.random.default_rng(seed).standard_normal((2, 64)) * 2.0 ** log2_mult
+    xh = fp8.block_fake_quantize(x, (1, 32), fmt)
+    s = fp8.block_scale(x, (1, 32), fmt).reshape(2, 2, 1)
+    assert np.all(np.abs(xh).reshape(2, 2, 32) <= 448 * s * (1 + 1e-12))
+    if fmt == "fp32":
+        amax = np.abs(x).reshape(2, 2, 32).max(axis=2)
+        assert np.allclose(np.abs(xh).reshape(2, 2, 32).max(axis=2), amax, rtol=1e-12)
+    normal = np.abs(x).reshape(2, 2, 32) >= fp8.E4M3_MIN_NORMAL * s
+    err = np.abs(xh - x).reshape(2, 2, 32)
+    assert np.all(err[normal] <= 2.0**-4 * np.abs(x).reshape(2, 2, 32)[normal] * (1 + 1e-9))
+    if fmt == "e8m0":
+        assert np.array_equal(fp8.block_fake_quantize(4.0 * x, (1, 32), fmt), 4.0 * xh)
