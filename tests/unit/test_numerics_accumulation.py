@@ -128,3 +128,13 @@ def test_bad_inputs_are_refused():
         acc.error_curve(p, None, [0, 10])
     with pytest.raises(ValueError, match="increment"):
         acc.swamping_total(0.0, "bf16")
+
+
+@pytest.mark.parametrize("state", ["bf16", "kahan_bf16"])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+def test_one_lane_fast_path_equals_the_array_path(state, scale):
+    """A single lane runs over Python floats; two identical lanes take the numpy path: same bits."""
+    w = (np.random.default_rng(7).random(3000) * scale).astype(np.float32)
+    one = acc.running_sum(w, state)
+    two = acc.running_sum(np.stack([w, w], axis=1), state)[:, 0]
+    assert (one.view(np.uint32) == two.view(np.uint32)).all()
