@@ -30,7 +30,11 @@ def item_kinds(owned_close_days: float, decor_close_days: float, decor_abandon: 
                vague_fix_effect: float) -> tuple[tuple[str, float, float, float], ...]:
     """(label, mean close seconds, abandon probability, fix effect) of the three kinds of action item: a
     mechanism with an owner and a date; the same mechanism with neither (abandoned or slow); an owned,
-    dated item that names a behaviour ("be more careful"), closed on time and fixing little."""
+    dated item that names a behaviour ("be more careful"), closed on time and fixing little. ValueError when
+    the vague item would fix more than the mechanism (the comparison the page makes would invert)."""
+    if vague_fix_effect > fix_effect:
+        raise ValueError(f"vague_fix_effect ({vague_fix_effect:g}) must not exceed fix_effect ({fix_effect:g}): "
+                         "an item that names a behaviour fixes at most what the mechanism does")
     return (("owned and dated", owned_close_days * DAY_S, 0.0, fix_effect),
             ("no owner, no date", decor_close_days * DAY_S, decor_abandon, fix_effect),
             ("owned, dated, vague", owned_close_days * DAY_S, 0.0, vague_fix_effect))
