@@ -25,8 +25,9 @@ and the clocks that people call "TTFT" start and stop at different boxes:
   ``connect_s``).
 
 :func:`prompt_len_for_budget` inverts the prefill model: the longest prompt whose prefill fits what a
-budget leaves. :func:`slo_utilization` prices a p-quantile TTFT SLO in utilization (the engine's
-prefill phase as an M/G/1 queue, :func:`lib.scheduling.queueing.utilization_for_sojourn_quantile`).
+budget leaves (a p-quantile TTFT SLO in utilization is
+:func:`lib.scheduling.queueing.utilization_for_sojourn_quantile`, or exactly on a sample path
+:func:`lib.scheduling.queueing.sample_path_utilization`).
 :func:`admit_fcfs` is admission control on a FCFS prefill queue: a request whose predicted TTFT
 (the work queued ahead of it plus its own prefill) exceeds the budget is rejected at arrival.
 SI units: seconds, bytes, bits per second for the uplink.
@@ -40,7 +41,7 @@ from dataclasses import dataclass, fields
 from lib.inputs import integer, real
 from lib.registry import assumptions
 
-__all__ = ["CLOCKS", "TTFTParts", "admit_fcfs", "prompt_len_for_budget", "slo_utilization", "ttft_parts"]
+__all__ = ["CLOCKS", "TTFTParts", "admit_fcfs", "prompt_len_for_budget", "ttft_parts"]
 
 #: (name, label, first part it includes, last part it includes)
 CLOCKS = (
@@ -147,19 +148,6 @@ def prompt_len_for_budget(dep, budget_s: float, fixed_s: float = 0.0, max_len: i
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
-
-
-def slo_utilization(mean_prefill_s: float, budget_s: float, fixed_s: float = 0.0, q: float = 0.99,
-                    scv: float = 1.0) -> float:
-    """Highest utilization of a replica's prefill phase at which the q-quantile of queue + prefill stays
-    within ``budget_s - fixed_s`` (M/G/1, two-moment tail, :func:`utilization_for_sojourn_quantile`);
-    0 when even an idle replica misses it."""
-    from lib.scheduling.queueing import utilization_for_sojourn_quantile
-
-    left = real("budget_s", budget_s, 0, low_open=True, unit="seconds") - real("fixed_s", fixed_s, 0, unit="seconds")
-    if left <= 0:
-        return 0.0
-    return utilization_for_sojourn_quantile(mean_prefill_s, left, q=q, scv=scv)
 
 
 def admit_fcfs(arrivals_s, services_s, budget_s: float):

@@ -10,7 +10,11 @@ from hypothesis import strategies as st
 from lib.fleet import ttft
 from lib.perf.deployment import deployment
 from lib.perf.prefill import prefill_time
-from lib.scheduling.queueing import lindley_waits, sample_path_utilization
+from lib.scheduling.queueing import (
+    lindley_waits,
+    sample_path_utilization,
+    utilization_for_sojourn_quantile,
+)
 
 DEP = deployment("llama-3.1-70b", "h100-sxm", tp=4)
 
@@ -37,13 +41,12 @@ def test_prompt_len_for_budget_is_the_boundary(budget, fixed, per_token):
             assert prefill_time(DEP, n + 1).time_s + (n + 1) * per_token > left
 
 
-def test_slo_utilization_matches_the_exact_queue_for_exponential_service():
+def test_the_two_moment_slo_utilization_matches_the_exact_queue_for_exponential_service():
     rng = np.random.default_rng(1)
     svc = rng.exponential(0.05, 20000)
-    closed = ttft.slo_utilization(0.05, 0.8, 0.1, q=0.99, scv=1.0)
+    closed = utilization_for_sojourn_quantile(0.05, 0.7, q=0.99, scv=1.0)
     exact = sample_path_utilization(svc, 0.7, q=0.99, seed=2)
     assert closed == pytest.approx(exact, abs=0.03)
-    assert ttft.slo_utilization(0.05, 0.1, 0.2) == 0.0
 
 
 def test_admission_without_a_budget_is_lindley_and_with_one_meets_it():
