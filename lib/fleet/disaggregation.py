@@ -392,6 +392,20 @@ def pool_sizes(rate: float, colo: Colocated, dis: Disaggregated, utilization: fl
     return PoolSizes(col, pre, dec)
 
 
+def _longest(ok, top: int) -> int:
+    """The largest prompt length p in [1, top] with ok(p), for an ok true then false as p grows (integer
+    bisection); 0 when not even p = 1 is."""
+    if ok(top):
+        return top
+    if not ok(1):
+        return 0
+    lo, hi = 1, top
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
 def longest_colocated_prompt(dep, output_len: int, tpot_s: float, ttft_s: float) -> int:
     """The longest prompt (tokens) a colocated replica can serve with both targets: bisection on
     P for :func:`colocated_capacity` being feasible (a chunk of P T / tau tokens fits one step of
@@ -404,15 +418,7 @@ def longest_colocated_prompt(dep, output_len: int, tpot_s: float, ttft_s: float)
     def ok(p: int) -> bool:
         return colocated_capacity(dep, p, o, tpot_s, ttft_s).feasible
 
-    if ok(top):
-        return top
-    if not ok(1):
-        return 0
-    lo, hi = 1, top
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
+    return _longest(ok, top)
 
 
 def longest_disaggregated_prompt(prefill_dep, decode_dep, output_len: int, tpot_s: float, ttft_s: float, *,
@@ -429,15 +435,7 @@ def longest_disaggregated_prompt(prefill_dep, decode_dep, output_len: int, tpot_
         d = disaggregated_capacity(prefill_dep, decode_dep, p, o, tpot_s, granularity=granularity)
         return d.batch >= 1 and d.ttft_s <= ttft_s
 
-    if ok(top):
-        return top
-    if not ok(1):
-        return 0
-    lo, hi = 1, top
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
+    return _longest(ok, top)
 
 
 @dataclass(frozen=True)

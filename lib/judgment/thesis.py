@@ -112,6 +112,15 @@ def compute_bound_context_limit(mdl: str | Model, chip: str | GPU, weight_dtype:
     return float(c)
 
 
+def _first_true_after(pred, lo: int, hi: int) -> int:
+    """The smallest integer x in (lo, hi] with pred(x), for a pred false at ``lo`` and turning true once along
+    the range; hi when it holds nowhere below it (integer bisection; the caller has evaluated pred(lo))."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if pred(mid) else (mid, hi)
+    return hi
+
+
 @dataclass(frozen=True)
 class BatchLimits:
     """The three limits on one replica's decode batch at ``context`` tokens (sequences, fractional), named for
@@ -180,14 +189,7 @@ def kv_binding_context(dep: Deployment, tpot_s: float, low: int = 1, high: int |
         return float(lo)
     if not binds(top):
         return math.inf
-    a, b = lo, top
-    while b - a > 1:
-        mid = (a + b) // 2
-        if binds(mid):
-            b = mid
-        else:
-            a = mid
-    return float(b)
+    return float(_first_true_after(binds, lo, top))
 
 
 # ---- dated predictions (N092 infrastructure-predictions) -------------------------------------------------
@@ -313,16 +315,7 @@ def batch_where_hardware_wins(old: Deployment, new: Deployment, context: int, ba
     def ok(b: int) -> bool:
         return float(energy.decode_energy(old, ctx, [b])["j_per_token"][0]) / j_top <= gen
 
-    if ok(1):
-        return 1.0
-    lo, hi = 1, top
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return float(hi)
+    return 1.0 if ok(1) else float(_first_true_after(ok, 1, top))
 
 
 @dataclass(frozen=True)
