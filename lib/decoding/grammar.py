@@ -20,6 +20,8 @@ What lives here:
   context-dependent tokens (the walk leaves the rule, so the answer depends on what follows it);
   :func:`precompiled_mask` rebuilds the exact mask from the cached part plus run-time checks.
 - :func:`bitmask_bytes`, :func:`pack_bitmask`: the mask's size and packed form.
+- :func:`schema_costs`: all of the above at every state of a schema against the toy vocabulary (one walk
+  per state serves them all); :func:`document_steps`: its counts along one decode of the example document.
 
 Work is counted (transitions, tokens), not timed: the notebooks price counts with a stated cost
 per operation (``constrained_decoding.*`` in ``data/assumptions.yaml``).
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -37,7 +39,7 @@ from lib.inputs import integer
 
 __all__ = [
     "DFA", "MaskWork", "SCHEMAS", "TokenClasses", "TokenTable", "bitmask_bytes", "classify_tokens",
-    "compile_schema", "example_document", "forced_runs", "mask_work", "naive_mask", "pack_bitmask",
+    "compile_schema", "document_steps", "example_document", "forced_runs", "mask_work", "naive_mask", "pack_bitmask",
     "JumpForward", "MaskedSpeculativeStep", "MaskedStep", "forced_text", "jump_forward", "PLACEMENTS", "largest_hidden_batch", "masked_speculative_step", "SchemaCosts", "mask_time_s", "masked_step", "precompiled_mask", "rule_phrase", "schema_costs", "schema_dfa", "state_trace", "token_table",
     "walk_tokens",
 ]
@@ -272,19 +274,36 @@ class TokenTable:
     def size(self) -> int:
         return len(self.tokens)
 
+    @cached_property
+    def columns(self) -> np.ndarray:
+        """``bytes_`` transposed (``columns[j, t]``), contiguous per byte position: what a walk reads."""
+        return np.ascontiguousarray(self.bytes_.T)
+
+    @cached_property
+    def sorted_first(self) -> np.ndarray:
+        """The first byte of each token in sorted order (``bytes_[order, 0]``)."""
+        return self.bytes_[self.order, 0]
+
 
 @lru_cache(maxsize=6)
 def token_table(tokens: tuple[str, ...]) -> TokenTable:
     """:class:`TokenTable` of ``tokens`` (cached). Tokens must be non-empty byte strings (code points < 256)."""
     if not tokens:
         raise ValueError("tokens must be a non-empty tuple of strings")
-    lengths = np.fromiter((len(t) for t in tokens), dtype=np.int32, count=len(tokens))
+    lengths = np.fromiter(map(len, tokens), dtype=np.int32, count=len(tokens))
     if lengths.min() < 1:
         raise ValueError("every token must be a non-empty string")
     width = int(lengths.max())
-    flat = "".join(t.ljust(width, "\0") for t in tokens).encode("latin-1")
-    bytes_ = np.frombuffer(flat, dtype=np.uint8).reshape(len(tokens), width)
-    order = np.array(sorted(range(len(tokens)), key=tokens.__getitem__), dtype=np.int64)
+    codes = np.array(tokens, dtype=f"U{width}").view(np.uint32).reshape(len(tokens), width)  # 0-padded code points
+    if codes.max() > 255:
+        raise ValueError("tokens must be byte strings (every code point < 256)")
+    bytes_ = codes.astype(np.uint8)
+    # sorted order of the strings: the 0-padded bytes compared as big-endian words, then the length (a string sorts
+    # before any longer one it is a prefix of, even when the rest is 0 bytes); stable, like sorted()
+    words = np.zeros((len(tokens), -(-width // 8) * 8), dtype=np.uint8)
+    words[:, :width] = bytes_
+    words = words.view(">u8")
+    order = np.lexsort([lengths] + [words[:, k] for k in range(words.shape[1] - 1, -1, -1)]).astype(np.int64)
     sb, sl = bytes_[order], lengths[order]
     lcp = np.zeros(len(tokens), dtype=np.int32)
     same = np.ones(len(tokens) - 1, dtype=bool)
@@ -293,6 +312,106 @@ def token_table(tokens: tuple[str, ...]) -> TokenTable:
         lcp[1:] += same
     first_start = np.searchsorted(sb[:, 0], np.arange(257), side="left").astype(np.int64)
     return TokenTable(tuple(tokens), bytes_, lengths, order, lcp, first_start)
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """Tokens walked from ``state`` through the whole automaton (see :func:`_walk`); arrays aligned with
+    ``pos``, the walked tokens' positions in sorted order (ascending)."""
+
+    state: int
+    pos: np.ndarray       # int64, positions in table.order of the walked tokens
+    end: np.ndarray       # int32, the state after the whole token, -1 if a byte was rejected
+    consumed: np.ndarray  # int32, bytes consumed before the walk ended
+    exit_at: np.ndarray   # int32, index of the first byte that moves into another rule's state (-1: none)
+    dead_end: np.ndarray  # bool, a byte was rejected inside the state's rule at a state where the rule may end
+    all_tokens: bool      # every token not in pos has a dead first byte (consumed 0, rejected)
+
+    def full(self, table: TokenTable, dfa: DFA) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(end, consumed, exit_at, dead_end) over the whole vocabulary, indexed by token id."""
+        n, ids = table.size, table.order[self.pos]
+        end, consumed = np.full(n, -1, dtype=np.int32), np.zeros(n, dtype=np.int32)
+        exit_at = np.full(n, -1, dtype=np.int32)
+        dead_end = np.full(n, self.all_tokens and bool(dfa.rule_end[self.state]))  # dead first byte at a rule end
+        end[ids], consumed[ids], exit_at[ids], dead_end[ids] = self.end, self.consumed, self.exit_at, self.dead_end
+        return end, consumed, exit_at, dead_end
+
+
+def _walk(dfa: DFA, table: TokenTable, state: int, pos: np.ndarray | None = None) -> _Walk:
+    """One vectorized walk, byte column by byte column, of the tokens at sorted positions ``pos`` (default:
+    every token whose first byte is alive at ``state``; the others stop at once), recording where each
+    token first leaves the state's rule; every per-state count derives from it. Tokens are walked longest
+    first, so those that end at a byte position are the tail of the active set."""
+    integer("state", state, 0, dfa.states - 1)
+    every = pos is None
+    if every:
+        alive = np.flatnonzero(dfa.table[state] >= 0)
+        fs = table.first_start
+        if alive.size <= 8:
+            pos = np.concatenate([np.arange(fs[b], fs[b + 1]) for b in alive]) if alive.size else np.zeros(0, np.int64)
+        else:
+            pos = np.flatnonzero((dfa.table[state] >= 0)[table.sorted_first])
+    m = pos.size
+    end = np.full(m, -1, dtype=np.int32)
+    consumed = np.zeros(m, dtype=np.int32)
+    exit_at = np.full(m, -1, dtype=np.int32)
+    dead_end = np.zeros(m, dtype=bool)
+    lens = table.lengths[table.order[pos]]
+    # walk order, longest first (indices into pos); lengths below 256 sort as bytes (a radix sort)
+    at = np.argsort(lens.astype(np.uint8) if table.bytes_.shape[1] < 256 else lens, kind="stable")[::-1]
+    tok = table.order[pos[at]]
+    neg = -lens[at]  # ascending: -length
+    home = dfa.rule[state]
+    nxt = dfa.table.astype(np.intp).ravel()  # [q * 256 + byte]
+    leaves = ((dfa.table >= 0) & (dfa.rule[np.maximum(dfa.table, 0)] != home)).ravel()  # into another rule
+    q = np.full(m, state, dtype=np.intp)
+    inside = np.ones(m, dtype=bool)  # not yet out of the state's rule
+    cols = table.columns
+    for j in range(cols.shape[0]):
+        k = int(np.searchsorted(neg, -j, side="left"))  # tokens longer than j
+        if k < at.size:
+            end[at[k:]] = q[k:]
+            consumed[at[k:]] = j
+            at, tok, q, inside, neg = at[:k], tok[:k], q[:k], inside[:k], neg[:k]
+        if k == 0:
+            break
+        f = q * 256 + cols[j, tok]
+        nq = nxt[f]
+        dead = nq < 0
+        if inside.any():
+            out = inside & leaves[f]
+            exit_at[at[out]] = j
+            dead_end[at[inside & dead & dfa.rule_end[q]]] = True
+            inside &= ~out
+        if dead.any():
+            consumed[at[dead]] = j
+            keep = ~dead
+            at, tok, q, inside, neg = at[keep], tok[keep], nq[keep], inside[keep], neg[keep]
+        else:
+            q = nq
+    if at.size:
+        end[at] = q
+        consumed[at] = -neg
+    return _Walk(state, pos, end, consumed, exit_at, dead_end, all_tokens=every)
+
+
+def _left_rule(w: _Walk, expand: bool) -> np.ndarray:
+    """Tokens (aligned with ``w.pos``) whose rule-local walk stops at the rule's boundary (see :func:`walk_tokens`)."""
+    left = w.exit_at >= 0
+    return left if expand else left | w.dead_end
+
+
+def _runtime(table: TokenTable, pos: np.ndarray, end: np.ndarray, consumed: np.ndarray) -> tuple[int, int]:
+    """(transitions token by token, transitions over a trie) of walking the tokens at sorted positions ``pos``
+    (ascending) whose walks ended at ``end`` after ``consumed`` bytes. Each token shares with the previous one
+    the minimum of the adjacent common prefixes (``table.lcp``) between them in sorted order (0 for the first)."""
+    if pos.size == 0:
+        return 0, 0
+    looked = consumed.astype(np.int64) + (end < 0)
+    shared = np.zeros(pos.size, dtype=np.int64)
+    if pos.size > 1:
+        shared[1:] = np.minimum.reduceat(table.lcp[:pos[-1] + 1], pos[:-1] + 1)
+    return int(looked.sum()), int(np.maximum(looked - shared, 0).sum())
 
 
 def walk_tokens(dfa: DFA, table: TokenTable, state: int, rule_local: bool = False, expand: bool = True):
@@ -305,46 +424,21 @@ def walk_tokens(dfa: DFA, table: TokenTable, state: int, rule_local: bool = Fals
     unless ``expand`` (context expansion: the byte cannot start anything that may follow the rule, so
     the token is rejected already at compile time).
     """
-    integer("state", state, 0, dfa.states - 1)
-    n, width = table.bytes_.shape
-    end = np.full(n, -1, dtype=np.int32)
-    consumed = np.zeros(n, dtype=np.int32)
-    left = np.zeros(n, dtype=bool)
-    alive = np.flatnonzero(dfa.table[state] >= 0)  # tokens whose first byte is dead stop at once
-    fs = table.first_start
-    idx = np.concatenate([table.order[fs[b]:fs[b + 1]] for b in alive]) if alive.size else np.zeros(0, np.int64)
-    if rule_local and not expand and dfa.rule_end[state]:
-        left[:] = True
-        left[idx] = False
-    q = np.full(idx.size, state, dtype=np.int32)
-    home = dfa.rule[state]
-    for j in range(width):
-        done = table.lengths[idx] <= j
-        if done.any():
-            end[idx[done]] = q[done]
-            idx, q = idx[~done], q[~done]
-        if idx.size == 0:
-            break
-        nq = dfa.table[q, table.bytes_[idx, j]]
-        if rule_local:
-            out = (nq >= 0) & (dfa.rule[np.maximum(nq, 0)] != home)
-            if not expand:
-                out |= (nq < 0) & dfa.rule_end[q]
-            left[idx[out]] = True
-            keep = (nq >= 0) & ~out
-        else:
-            keep = nq >= 0
-        idx, q = idx[keep], nq[keep]
-        consumed[idx] += 1
-    if idx.size:
-        end[idx] = q
-    return end, consumed, left
+    end, consumed, exit_at, dead_end = _walk(dfa, table, state).full(table, dfa)
+    if not rule_local:
+        return end, consumed, np.zeros(end.size, dtype=bool)
+    exited = exit_at >= 0
+    end[exited] = -1  # the rule-local walk stops before the exit
+    consumed[exited] = exit_at[exited]
+    return end, consumed, exited if expand else exited | dead_end
 
 
 def naive_mask(dfa: DFA, table: TokenTable, state: int) -> np.ndarray:
     """Boolean mask over the vocabulary: token t allowed when the DFA consumes all of it from ``state``."""
-    end, _, _ = walk_tokens(dfa, table, state)
-    return end >= 0
+    w = _walk(dfa, table, state)
+    mask = np.zeros(table.size, dtype=bool)
+    mask[table.order[w.pos]] = w.end >= 0
+    return mask
 
 
 @dataclass(frozen=True)
@@ -364,13 +458,21 @@ class MaskWork:
 
 def mask_work(dfa: DFA, table: TokenTable, state: int) -> MaskWork:
     """Count the work of :func:`naive_mask` at ``state`` (see :class:`MaskWork`)."""
-    end, consumed, _ = walk_tokens(dfa, table, state)
-    rejected = end < 0
-    looked = consumed + rejected  # bytes looked up per token
-    # trie: each token's looked-up prefixes, minus those shared with the previous token in sorted order
-    lo = looked[table.order]
-    trie = int(np.maximum(lo - np.minimum(table.lcp, lo), 0).sum())
-    return MaskWork(state, int(looked.sum()), trie, int((~rejected).sum()))
+    return _mask_work(table, _walk(dfa, table, state))
+
+
+def _mask_work(table: TokenTable, w: _Walk) -> MaskWork:
+    """:class:`MaskWork` of a walk of every token. A token whose first byte is dead costs one look-up; over the
+    trie, one per first byte (its group in sorted order shares that byte). The walked tokens are whole
+    first-byte groups, so the first of each has an lcp of 0 with its predecessor, as in the full sorted order."""
+    looked = w.consumed.astype(np.int64) + (w.end < 0)  # bytes looked up per walked token
+    sizes = np.diff(table.first_start)
+    walked = np.zeros(256, dtype=bool)
+    walked[table.sorted_first[w.pos]] = True
+    unwalked = sizes[~walked]
+    lcp = table.lcp[w.pos]
+    trie = int(np.count_nonzero(unwalked)) + int(np.maximum(looked - np.minimum(lcp, looked), 0).sum())
+    return MaskWork(w.state, int(unwalked.sum()) + int(looked.sum()), trie, int((w.end >= 0).sum()))
 
 
 @dataclass(frozen=True)
@@ -409,23 +511,10 @@ def precompiled_mask(dfa: DFA, table: TokenTable, classes: TokenClasses) -> tupl
     """The exact mask from a precomputed split: the cached accepted tokens plus the context-dependent
     ones walked through the whole automaton now. Returns (mask, run-time transitions token by token,
     run-time transitions over a trie of the context-dependent tokens, shared prefixes walked once)."""
+    w = _walk(dfa, table, classes.state, np.flatnonzero(classes.dependent[table.order]))
     mask = classes.accepted.copy()
-    ids = np.flatnonzero(classes.dependent)
-    looked = np.zeros(ids.size, dtype=np.int64)
-    for i, t in enumerate(ids):
-        q, used = dfa.walk(classes.state, table.tokens[t])
-        mask[t] = q >= 0
-        looked[i] = used + (q < 0)
-    strings = [table.tokens[t] for t in ids]
-    order = sorted(range(ids.size), key=strings.__getitem__)
-    trie, prev = 0, ""
-    for i in order:
-        a, n = strings[i], 0
-        while n < min(len(a), len(prev)) and a[n] == prev[n]:
-            n += 1
-        trie += max(int(looked[i]) - n, 0)
-        prev = a
-    return mask, int(looked.sum()), trie
+    mask[table.order[w.pos]] = w.end >= 0
+    return (mask, *_runtime(table, w.pos, w.end, w.consumed))
 
 
 def state_trace(dfa: DFA, table: TokenTable, ids) -> list[int]:
@@ -556,7 +645,8 @@ def rule_phrase(rule: str) -> str:
 @lru_cache(maxsize=16)
 def schema_costs(schema: str, vocab_size: int = 128_256, seed: int = 0) -> SchemaCosts:
     """:class:`SchemaCosts` of ``SCHEMAS[schema]`` against :func:`lib.decoding.tokenizer.toy_vocabulary`
-    (vocab_size, seed); cached (about a second the first time)."""
+    (vocab_size, seed); cached. One walk of the vocabulary per automaton state gives every count (tens of
+    milliseconds per schema at 128K tokens, after the vocabulary and its table are built)."""
     from lib.decoding.tokenizer import toy_tokenizer
 
     dfa = schema_dfa(schema)
@@ -565,21 +655,41 @@ def schema_costs(schema: str, vocab_size: int = 128_256, seed: int = 0) -> Schem
     n = dfa.states
     cols = {k: np.zeros(n, dtype=np.int64) for k in
             ("transitions", "trie", "allowed", "dependent", "dependent_unexpanded", "runtime", "runtime_trie")}
-    for q in range(n):
-        w = mask_work(dfa, table, q)
+    for q in range(n):  # one walk per state serves the naive mask, both splits and the run-time checks
+        walk = _walk(dfa, table, q)
+        w = _mask_work(table, walk)
         cols["transitions"][q], cols["trie"][q], cols["allowed"][q] = w.transitions, w.trie_transitions, w.allowed
-        c = classify_tokens(dfa, table, q)
-        cols["dependent"][q] = c.n_dependent
-        if dfa.rule_end[dfa.rule == dfa.rule[q]].any():  # expansion only matters in rules that can end early
-            cols["dependent_unexpanded"][q] = classify_tokens(dfa, table, q, expand=False).n_dependent
-        else:
-            cols["dependent_unexpanded"][q] = c.n_dependent
-        _, cols["runtime"][q], cols["runtime_trie"][q] = precompiled_mask(dfa, table, c)
+        dep = walk.exit_at >= 0  # context-dependent with expansion (their first byte is alive, so all walked)
+        cols["dependent"][q] = int(dep.sum())
+        unwalked = table.size - walk.pos.size  # dead first byte: context-dependent without expansion at a rule end
+        cols["dependent_unexpanded"][q] = int(_left_rule(walk, expand=False).sum()) + unwalked * bool(dfa.rule_end[q])
+        cols["runtime"][q], cols["runtime_trie"][q] = _runtime(table, walk.pos[dep], walk.end[dep], walk.consumed[dep])
     doc = example_document(SCHEMAS[schema])
     ids = tuple(tok.encode(doc))
     trace = tuple(state_trace(dfa, table, ids))
     rule = tuple(dfa.rules[r] for r in dfa.rule)
     return SchemaCosts(schema, len(tok.vocab), dfa, rule=rule, document=doc, tokens=ids, trace=trace, **cols)
+
+
+def document_steps(schema: str, vocab_size: int = 128_256, seed: int = 0) -> dict:
+    """One decode of the schema's example document, step by step, from :func:`schema_costs` (schema,
+    vocab_size, seed), as plain JSON values (what :mod:`lib.registry.derived` stores).
+
+    ``pieces``: the canonical token strings; ``trace``: the state before each; ``transitions`` / ``trie`` /
+    ``runtime_trie``: at each step, the naive mask's byte transitions token by token / over a trie and the
+    precompiled mask's run-time transitions over a trie; ``worst_*``: the same counts and the context-dependent
+    tokens at :attr:`SchemaCosts.worst_state`; ``states``: automaton states; ``document``: its text.
+    """
+    from lib.decoding.tokenizer import toy_tokenizer
+
+    c = schema_costs(schema, vocab_size, seed)
+    trace = list(c.trace)
+    w = c.worst_state
+    return {"document": c.document, "pieces": toy_tokenizer(vocab_size, seed).pieces(c.tokens), "states": c.states,
+            "trace": trace, "transitions": c.transitions[trace].tolist(), "trie": c.trie[trace].tolist(),
+            "runtime_trie": c.runtime_trie[trace].tolist(), "worst_state": w,
+            "worst_transitions": int(c.transitions[w]), "worst_dependent": int(c.dependent[w]),
+            "worst_runtime_trie": int(c.runtime_trie[w])}
 
 
 PLACEMENTS = ("serial", "scheduler", "pool")

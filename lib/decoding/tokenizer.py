@@ -82,34 +82,45 @@ def toy_vocabulary(size: int = 128_256, seed: int = 0) -> tuple[str, ...]:
     for w in SCHEMA_WORDS:
         add_word(w, True)
     rng = np.random.default_rng(seed)
-    syllables = [o + v + c for o in _ONSETS for v in _VOWELS for c in _CODAS]
+    syllables = np.array([o + v + c for o in _ONSETS for v in _VOWELS for c in _CODAS], dtype=object)
     i = 0
     while len(out) < size:
         n = size // 2  # draw in bulk; duplicates are skipped
-        ks = (1 + rng.choice(4, size=n, p=[0.25, 0.50, 0.22, 0.03])).tolist()
-        draws = rng.integers(0, len(syllables), size=(n, 4)).tolist()
-        for k, d in zip(ks, draws, strict=True):
+        ks = 1 + rng.choice(4, size=n, p=[0.25, 0.50, 0.22, 0.03])
+        draws = rng.integers(0, len(syllables), size=(n, 4))
+        # the words of the batch, built by numpy on Python strings: syllables 1..k of each draw
+        words = syllables[draws[:, 0]]
+        for j in range(1, 4):
+            more = ks > j
+            words[more] += syllables[draws[more, j]]
+        for w in words.tolist():
             if len(out) >= size:
                 break
-            w = "".join([syllables[x] for x in d[:k]])
             if len(w) > 15 or w in out:
                 continue
-            add_word(w, i % 50 == 0)
+            if len(out) + 8 <= size:  # room for every variant (a pseudo-word has at most 15 characters)
+                cap = w[:1].upper() + w[1:]
+                out[w] = out[" " + w] = out[cap] = out[" " + cap] = None
+                if i % 50 == 0:
+                    out['"' + w] = out[w + '"'] = out[w + '",'] = out[w + '":'] = None
+            else:
+                add_word(w, i % 50 == 0)
             i += 1
-    return tuple(list(out)[:size])
+    return tuple(out)
 
 
 class ToyTokenizer:
     """Greedy longest-match tokenizer over a vocabulary (see the module doc)."""
 
     def __init__(self, vocab: tuple[str, ...]):
-        if len(set(vocab)) != len(vocab):
+        ids = dict(zip(vocab, range(len(vocab)), strict=True))
+        if len(ids) != len(vocab):
             raise ValueError("vocab must hold distinct strings")
-        missing = [chr(b) for b in range(256) if chr(b) not in vocab]
+        missing = [chr(b) for b in range(256) if chr(b) not in ids]
         if missing:
             raise ValueError(f"vocab must contain all 256 single bytes (every text must be encodable); missing {len(missing)}")
         self.vocab = vocab
-        self.ids = {t: i for i, t in enumerate(vocab)}
+        self.ids = ids
         self.max_len = max(map(len, vocab))
 
     def encode(self, text: str) -> list[int]:

@@ -18,24 +18,47 @@ SCHEMA_NAMES = ("person", "tool_call", "enum_only")
 VOCAB_MODELS = ("llama-3.1-8b", "qwen2.5-72b", "llama-2-7b", "gpt3-175b")
 
 
-def mask_steps(schema: str, model: str, transition_ns: float) -> dict:
+def stored_keys() -> list[tuple[str, int, int]]:
+    """The (schema, vocab_size, seed) arguments of :func:`lib.decoding.grammar.document_steps` this explorer
+    can ask for: the table ``grammar_document_steps`` of :mod:`lib.registry.derived` stores them."""
+    from lib.registry.models import model as get_model
+
+    vocabs = sorted({get_model(m).vocab_size for m in VOCAB_MODELS})
+    return [(s, v, 0) for s in SCHEMA_NAMES for v in vocabs]
+
+
+def _priced(steps: dict, vocab: int, transition_ns: float) -> dict:
+    """The counts of :func:`lib.decoding.grammar.document_steps` priced by :func:`lib.decoding.grammar.mask_time_s`."""
+    from lib.decoding import grammar as g
+
+    def price(t) -> float:
+        return g.mask_time_s(float(t), vocab, transition_ns)
+
+    return {"steps": steps, "vocab": vocab, "pieces": steps["pieces"],
+            "naive_s": np.array([price(t) for t in steps["transitions"]]),
+            "trie_s": np.array([price(t) for t in steps["trie"]]),
+            "pre_s": np.array([price(t) for t in steps["runtime_trie"]]),
+            "worst_naive_s": price(steps["worst_transitions"]), "worst_pre_s": price(steps["worst_runtime_trie"]),
+            "bitmask_bytes": g.bitmask_bytes(vocab)}
+
+
+def mask_steps(schema: str, model: str, transition_ns: float, stored: bool = False) -> dict:
     """Per decode step of the schema's example document (its canonical toy tokens): the naive mask,
     the naive mask over a trie, and XGrammar's precompiled mask (cached part + run-time checks of the
     context-dependent tokens over a trie), each priced by :func:`lib.decoding.grammar.mask_time_s`;
-    seconds. Also the pieces, the worst state and the bitmask bytes."""
+    seconds. Also the pieces, the worst state and the bitmask bytes (``steps``: the counts of
+    :func:`lib.decoding.grammar.document_steps`). Computed through lib, with ``costs`` the whole
+    :class:`lib.decoding.grammar.SchemaCosts`; with ``stored`` (the explorer), the counts come from the
+    derived table ``grammar_document_steps`` (:mod:`lib.registry.derived`) where it holds them, and
+    ``costs`` is left out."""
     from lib.decoding import grammar as g
-    from lib.decoding.tokenizer import toy_tokenizer
+    from lib.registry import derived
     from lib.registry.models import model as get_model
 
     vocab = get_model(model).vocab_size
-    c = g.schema_costs(schema, vocab)
-    trace = np.array(c.trace)
-    price = np.vectorize(lambda t: g.mask_time_s(float(t), vocab, transition_ns))
-    tok = toy_tokenizer(vocab)
-    return {"costs": c, "vocab": vocab, "pieces": tok.pieces(c.tokens),
-            "naive_s": price(c.transitions[trace]), "trie_s": price(c.trie[trace]),
-            "pre_s": price(c.runtime_trie[trace]), "worst_naive_s": float(price(c.transitions.max())),
-            "worst_pre_s": float(price(c.runtime_trie[c.worst_state])), "bitmask_bytes": g.bitmask_bytes(vocab)}
+    if stored:
+        return _priced(derived.lookup("grammar_document_steps", (schema, vocab, 0)), vocab, transition_ns)
+    return {"costs": g.schema_costs(schema, vocab), **_priced(g.document_steps(schema, vocab), vocab, transition_ns)}
 
 
 def _build(fig) -> SimpleNamespace:
@@ -74,22 +97,21 @@ _FIGURE = figures.LiveFigure(6.4, 3.4, _build, _draw)
 )
 def grammar_mask(schema: str, model: str, transition_ns: float) -> View:
     """I051: the token mask at every decode step of one document, naive against precompiled."""
-    r = mask_steps(schema, model, transition_ns)
-    c = r["costs"]
+    r = mask_steps(schema, model, transition_ns, stored=True)
+    d = r["steps"]
     us = 1e6
     fig = _FIGURE(r["pieces"], r["naive_s"] * us, r["trie_s"] * us, r["pre_s"] * us)
-    worst = c.worst_state
     rows = [("vocabulary", f"{fmt_int(r['vocab'])} tokens (toy, built like {model}'s)"),
             ("bitmask per request per step", fmt_bytes(r["bitmask_bytes"], "KiB")),
-            ("automaton states", fmt_int(c.states)),
-            ("naive mask, worst state (in a string)", f"{fmt_int(c.transitions[worst])} transitions, "
+            ("automaton states", fmt_int(d["states"])),
+            ("naive mask, worst state (in a string)", f"{fmt_int(d['worst_transitions'])} transitions, "
                                                        f"{fmt_time(r['worst_naive_s'])}"),
             ("naive mask, mean over the document", fmt_time(float(np.mean(r["naive_s"])))),
-            ("context-dependent tokens, worst state", f"{fmt_int(c.dependent[worst])} "
-                                                       f"({fmt_pct(c.dependent[worst] / r['vocab'])} of the vocabulary)"),
+            ("context-dependent tokens, worst state", f"{fmt_int(d['worst_dependent'])} "
+                                                       f"({fmt_pct(d['worst_dependent'] / r['vocab'])} of the vocabulary)"),
             ("precompiled mask, same state", fmt_time(r["worst_pre_s"])),
             ("speed-up at that state", f"{sig(r['worst_naive_s'] / r['worst_pre_s'])}x")]
-    caption = (f"Mask time per request at each of the {len(r['pieces'])} decode steps of {c.document}: the naive walk "
+    caption = (f"Mask time per request at each of the {len(r['pieces'])} decode steps of {d['document']}: the naive walk "
                f"(red) costs {fmt_time(float(np.min(r['naive_s'])))} to {fmt_time(float(np.max(r['naive_s'])))} per step, "
                f"the precompiled mask (blue) {fmt_time(float(np.min(r['pre_s'])))} to {fmt_time(float(np.max(r['pre_s'])))}.")
     note = ("Every naive step looks at every token at least once; inside a string almost every token is walked to "

@@ -2,6 +2,7 @@
 against the naive mask, work counts against explicit walks and an explicit trie."""
 
 import json
+import os
 import re
 
 import numpy as np
@@ -126,6 +127,87 @@ def test_precompiled_mask_equals_naive(name, expand):
         assert trie <= tokenwise
         assert (cl.accepted <= mask).all() and not (cl.rejected & mask).any()
 
+
+def _rule_local_walk(dfa, q, t, expand):
+    """Oracle: (end, consumed, left) of one token walked from q by plain Python, stopping at the rule's boundary."""
+    s, home = q, dfa.rule[q]
+    for i, ch in enumerate(t):
+        nq = int(dfa.table[s, ord(ch)])
+        if nq >= 0 and dfa.rule[nq] != home:
+            return -1, i, True
+        if nq < 0:
+            return -1, i, bool(not expand and dfa.rule_end[s])
+        s = nq
+    return s, len(t), False
+
+
+def _distinct_prefixes(dfa, q, tokens) -> int:
+    """Oracle: trie nodes a walk of ``tokens`` from q visits (every prefix looked at, once)."""
+    seen = set()
+    for t in tokens:
+        s, used = dfa.walk(q, t)
+        seen.update(t[:L] for L in range(1, used + (s < 0) + 1))
+    return len(seen)
+
+
+@pytest.mark.parametrize("name", sorted(g.SCHEMAS))
+@pytest.mark.parametrize("expand", [True, False])
+def test_classes_and_runtime_counts_against_python_walks(name, expand):
+    dfa = g.schema_dfa(name)
+    for q in range(dfa.states):
+        oracle = [_rule_local_walk(dfa, q, t, expand) for t in TOK.vocab]
+        end, consumed, left = g.walk_tokens(dfa, TABLE, q, rule_local=True, expand=expand)
+        assert [(int(a), int(b), bool(c)) for a, b, c in zip(end, consumed, left, strict=True)] == oracle
+        cl = g.classify_tokens(dfa, TABLE, q, expand=expand)
+        assert (cl.dependent == np.array([x[2] for x in oracle])).all()
+        assert (cl.accepted == np.array([x[0] >= 0 for x in oracle])).all()
+        dep = [t for t, x in zip(TOK.vocab, oracle, strict=True) if x[2]]
+        walks = [dfa.walk(q, t) for t in dep]
+        _, tokenwise, trie = g.precompiled_mask(dfa, TABLE, cl)
+        assert tokenwise == sum(used + (s < 0) for s, used in walks)
+        assert trie == _distinct_prefixes(dfa, q, dep)
+
+
+@pytest.mark.parametrize("name", sorted(g.SCHEMAS))
+def test_schema_costs_columns_are_the_per_state_functions(name):
+    c = g.schema_costs(name, 3_000)
+    for q in range(c.states):
+        w = g.mask_work(c.dfa, TABLE, q)
+        assert (c.transitions[q], c.trie[q], c.allowed[q]) == (w.transitions, w.trie_transitions, w.allowed)
+        cl = g.classify_tokens(c.dfa, TABLE, q)
+        assert c.dependent[q] == cl.n_dependent
+        assert c.dependent_unexpanded[q] == g.classify_tokens(c.dfa, TABLE, q, expand=False).n_dependent
+        assert (c.runtime[q], c.runtime_trie[q]) == g.precompiled_mask(c.dfa, TABLE, cl)[1:]
+
+
+def test_document_steps_follow_the_trace():
+    c = g.schema_costs("tool_call", 3_000)
+    d = g.document_steps("tool_call", 3_000)
+    assert json.loads(json.dumps(d)) == d  # plain JSON values, what the derived store keeps
+    assert "".join(d["pieces"]) == c.document == d["document"] and len(d["pieces"]) == len(c.tokens)
+    assert d["trace"] == list(c.trace) and d["states"] == c.dfa.states
+    for k in ("transitions", "trie", "runtime_trie"):
+        assert d[k] == [int(getattr(c, k)[q]) for q in c.trace]
+    w = d["worst_state"]
+    assert d["worst_transitions"] == max(c.transitions) == c.transitions[w]
+    assert (d["worst_dependent"], d["worst_runtime_trie"]) == (c.dependent[w], c.runtime_trie[w])
+
+
+def test_token_table_order_and_prefixes_against_python():
+    # NULs inside tokens, a token that is a prefix of others, a duplicate, bytes above 127, unsorted input
+    tokens = ("zz", "a\0", "ab", "a", "a\0\0", "\0", "a\0b", "\xff\xfe", "zz", "b" * 20, "\0\0", "\x7f")
+    t = g.token_table(tokens)
+    assert t.order.tolist() == sorted(range(len(tokens)), key=tokens.__getitem__)
+    s = [tokens[i] for i in t.order]
+    common = [0] + [len(os.path.commonprefix([a, b])) for a, b in zip(s, s[1:], strict=False)]
+    assert t.lcp.tolist() == common
+    assert [bytes(r[:n]).decode("latin-1") for r, n in zip(t.bytes_, t.lengths, strict=True)] == list(tokens)
+    firsts = [x[0] for x in s]
+    assert all(firsts[t.first_start[b]:t.first_start[b + 1]] == [chr(b)] * firsts.count(chr(b)) for b in range(256))
+    with pytest.raises(ValueError, match="code point"):
+        g.token_table(("a", "\u0100"))
+    with pytest.raises(ValueError, match="non-empty"):
+        g.token_table(("a", ""))
 
 def test_expansion_only_shrinks_the_dependent_set():
     dfa = g.schema_dfa("person")

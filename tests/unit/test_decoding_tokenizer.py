@@ -24,6 +24,48 @@ def test_vocabulary_is_deterministic_distinct_and_sized():
     assert max(map(len, v)) <= 16
 
 
+def _reference_vocabulary(size, seed):
+    """Oracle: the vocabulary's rule written as a plain loop, one word and one variant at a time."""
+    import numpy as np
+
+    from lib.decoding import tokenizer as T
+
+    out = {}
+    for t in [chr(b) for b in range(256)] + list(JSON_PUNCTUATION) + [str(n) for n in range(1000)]:
+        out[t] = None
+
+    def add(w, glue):
+        for v in (w, " " + w, w[:1].upper() + w[1:], " " + w[:1].upper() + w[1:]):
+            if len(out) < size and len(v) <= 16:
+                out[v] = None
+        for v in ('"' + w, w + '"', w + '",', w + '":') if glue else ():
+            if len(out) < size:
+                out[v] = None
+
+    for w in SCHEMA_WORDS:
+        add(w, True)
+    rng = np.random.default_rng(seed)
+    syl = [o + v + c for o in T._ONSETS for v in T._VOWELS for c in T._CODAS]
+    i = 0
+    while len(out) < size:
+        n = size // 2
+        ks = (1 + rng.choice(4, size=n, p=[0.25, 0.50, 0.22, 0.03])).tolist()
+        draws = rng.integers(0, len(syl), size=(n, 4)).tolist()
+        for k, d in zip(ks, draws, strict=True):
+            if len(out) >= size:
+                break
+            w = "".join(syl[x] for x in d[:k])
+            if len(w) > 15 or w in out:
+                continue
+            add(w, i % 50 == 0)
+            i += 1
+    return tuple(out)
+
+
+@pytest.mark.parametrize(("size", "seed"), [(2_000, 0), (2_003, 5), (5_000, 3), (32_000, 0), (50_257, 1)])
+def test_vocabulary_is_the_reference_rule(size, seed):
+    assert toy_vocabulary(size, seed) == _reference_vocabulary(size, seed)
+
 def test_llama3_sized_vocabulary():
     v = toy_vocabulary()
     assert len(v) == 128_256 == len(set(v))
