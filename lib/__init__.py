@@ -7,8 +7,9 @@ bounds, the decode step, prefill, memory capacity, collectives, energy, and thei
 as reference code: naive, online softmax, tiled forward/backward, KV cache, split-KV, HBM traffic);
 :mod:`lib.scheduling` (the discrete-event simulator of one serving replica and queueing closed
 forms); :mod:`lib.numerics` (number formats); :mod:`lib.book` (glue, self-check, widgets, figures); :mod:`lib.explorers` (the views
-behind the notebooks' widgets). Two small modules serve all of them: :mod:`lib.units` (unit
-constants and every piece of formatting) and :mod:`lib.inputs` (input validation).
+behind the notebooks' widgets). Three small modules serve all of them: :mod:`lib.units` (unit
+constants and every piece of formatting), :mod:`lib.inputs` (input validation) and :mod:`lib.search`
+(the integer bisection behind every "largest batch that fits").
 
 Import submodules explicitly (``from lib.perf import step``); this package imports nothing heavy
 at import time (no torch, matplotlib or triton), so ``import lib`` stays fast. SI units

@@ -818,6 +818,7 @@ def largest_hidden_batch(dep, context: int, mask_per_request_s: float) -> int:
     from lib.inputs import real
     from lib.perf.step import decode_step
     from lib.perf.throughput import kv_batch_ceiling
+    from lib.search import largest_true
 
     m = real("mask_per_request_s", mask_per_request_s, 0)
     top = int(kv_batch_ceiling(dep, context))
@@ -832,11 +833,7 @@ def largest_hidden_batch(dep, context: int, mask_per_request_s: float) -> int:
         return 0
     if fits(top):
         return top
-    lo, hi = 1, top  # fits(lo), not fits(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    return largest_true(fits, 2, top - 1)  # fits(1), not fits(top): 1 when no batch between fits
 
 
 # ---- I052: jump-forward decoding and the model's own tokenization ----------------------------------------------

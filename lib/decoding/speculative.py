@@ -27,6 +27,7 @@ from lib.inputs import fraction, integer, real
 from lib.perf.deployment import Deployment, require
 from lib.perf.step import StepAssumptions, decode_step, step_assumptions, step_kernels
 from lib.registry.dtypes import bytes_per_element
+from lib.search import smallest_true
 
 __all__ = [
     "Drafter",
@@ -282,10 +283,7 @@ def _first_true(bad: Callable[[int], float], top: int) -> int | float:
         if hi >= top:
             return math.inf
         lo, hi = hi, min(2 * hi, top)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if bad(mid) <= 0 else (lo, mid)
-    return hi
+    return smallest_true(lambda b: not (bad(b) <= 0), lo + 1, hi - 1)  # bad(lo) <= 0 < bad(hi)
 
 
 def break_even_batch(dep: Deployment, drafter: Drafter, draft_tokens: int, acceptance: float, context: int = 0,

@@ -21,6 +21,7 @@ from lib.perf import memory as mem
 from lib.perf import prefill
 from lib.perf import roofline as rf
 from lib.registry import hardware, models
+from lib.search import smallest_true
 from lib.units import fmt_bytes, fmt_int, fmt_pct, fmt_time, sig
 
 ATTN_DTYPES = ("fp16", "bf16")
@@ -112,13 +113,12 @@ def l2_knee_length(head_dim: int, block_q: int, dtype: str, gpu: str, batch_head
                                    l2_usable_fraction=l2_usable_fraction, tiles_per_sm=tiles_per_sm,
                                    lockstep=lockstep).kv_passes
 
-    lo, hi = 1, upto
-    if passes(hi) <= 1:
+    if passes(upto) <= 1:
         return None
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if passes(mid) <= 1 else (lo, mid)
-    return hi
+    if upto == 1:  # N = 1 is the whole range, and it crosses
+        return 1
+    # passes(1) is taken as <= 1 without a call; passes(upto) > 1
+    return smallest_true(lambda n: not (passes(n) <= 1), 2, upto - 1)
 
 
 @explorer(

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lib.inputs import integer
+from lib.search import smallest_true
 
 __all__ = ["SCHEMES", "SplitPrefill", "imbalance", "owners", "pairs_per_rank", "shortest_hidden_context", "split_prefill"]
 
@@ -146,10 +147,6 @@ def shortest_hidden_context(mdl, chip, cp: int, tp: int, **ring_kw) -> int | Non
 
     if not hidden(top):
         return None
-    lo, hi = n, top  # lo: not hidden (or the smallest valid), hi: hidden
-    if hidden(lo):
-        return lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if hidden(mid) else (mid, hi)
-    return hi
+    if hidden(n):  # the smallest valid context
+        return n
+    return smallest_true(hidden, n + 1, top - 1)  # not hidden(n), hidden(top)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, fields
 
 from lib.inputs import integer, real
 from lib.registry import assumptions
+from lib.search import largest_true
 
 __all__ = ["CLOCKS", "TTFTParts", "admit_fcfs", "prompt_len_for_budget", "ttft_parts"]
 
@@ -143,11 +144,7 @@ def prompt_len_for_budget(dep, budget_s: float, fixed_s: float = 0.0, max_len: i
         return 0
     if fits(hi):
         return hi
-    lo = 1  # fits; hi does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    return largest_true(fits, 2, hi - 1)  # fits(1); hi does not
 
 
 def admit_fcfs(arrivals_s, services_s, budget_s: float):

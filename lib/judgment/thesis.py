@@ -30,6 +30,7 @@ from lib.perf.deployment import Deployment
 from lib.registry.hardware import GPU
 from lib.registry.hardware import gpu as gpu_spec
 from lib.registry.models import Model, model
+from lib.search import smallest_true
 
 
 @dataclass(frozen=True)
@@ -112,15 +113,6 @@ def compute_bound_context_limit(mdl: str | Model, chip: str | GPU, weight_dtype:
     return float(c)
 
 
-def _first_true_after(pred, lo: int, hi: int) -> int:
-    """The smallest integer x in (lo, hi] with pred(x), for a pred false at ``lo`` and turning true once along
-    the range; hi when it holds nowhere below it (integer bisection; the caller has evaluated pred(lo))."""
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if pred(mid) else (mid, hi)
-    return hi
-
-
 @dataclass(frozen=True)
 class BatchLimits:
     """The three limits on one replica's decode batch at ``context`` tokens (sequences, fractional), named for
@@ -189,7 +181,7 @@ def kv_binding_context(dep: Deployment, tpot_s: float, low: int = 1, high: int |
         return float(lo)
     if not binds(top):
         return math.inf
-    return float(_first_true_after(binds, lo, top))
+    return float(smallest_true(binds, lo + 1, top - 1))  # binds(lo) false; top when nothing below it binds
 
 
 # ---- dated predictions (N092 infrastructure-predictions) -------------------------------------------------
@@ -315,7 +307,7 @@ def batch_where_hardware_wins(old: Deployment, new: Deployment, context: int, ba
     def ok(b: int) -> bool:
         return float(energy.decode_energy(old, ctx, [b])["j_per_token"][0]) / j_top <= gen
 
-    return 1.0 if ok(1) else float(_first_true_after(ok, 1, top))
+    return 1.0 if ok(1) else float(smallest_true(ok, min(2, top), top - 1))  # top when nothing below it is ok
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from lib.inputs import fraction, integer, real
 from lib.perf.memory import MemoryBudget, fact
 from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
+from lib.search import largest_true
 
 
 def prefill_chunk_compute_s(
@@ -119,10 +120,7 @@ def ttft_break_context(dep, ttft_slo_s: float, mfu: float | None = None) -> int:
     hi = int(prompt_len_for_time(dep.mdl, dep.chip, slo, dep.tp, mfu, dep.compute_dtype)) + 2
     if fits(hi):  # not reached while time >= compute time; kept as a guard
         return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    return largest_true(fits, lo + 1, hi - 1)  # fits(lo) and not fits(hi): neither called again
 
 
 def capped_long_prefill_s(dep, prompt_len: int, cap_tokens: int, step_tokens: int,

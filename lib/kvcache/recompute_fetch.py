@@ -21,6 +21,7 @@ from lib.registry import assumptions
 from lib.registry.data import load_yaml, unknown_name
 from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
+from lib.search import smallest_true
 from lib.units import GB
 
 # ---- recompute vs fetch: FLOPs and bytes ---------------------------------------------------
@@ -372,7 +373,4 @@ def breakeven_prefix_tokens(
         if hi >= limit:
             return math.inf
         lo, hi = hi, min(2 * hi, limit)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fetch_wins(mid) else (mid, hi)
-    return float(hi)
+    return float(smallest_true(fetch_wins, lo + 1, hi - 1))  # not fetch_wins(lo), fetch_wins(hi)

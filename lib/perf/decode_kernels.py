@@ -37,6 +37,7 @@ from lib.perf.roofline import RooflineTime, roofline_time
 from lib.registry.dtypes import bytes_per_element
 from lib.registry.hardware import GPU, gpu
 from lib.registry.models import Model, model
+from lib.search import smallest_true
 
 # FLOPs per element of the elementwise kernels (they never matter for time: all are
 # memory-bound by two to three orders of magnitude; counted so the table is complete).
@@ -525,10 +526,6 @@ def time_crossover_batch(
 
     if gap(max_batch) < 0:
         return None
-    lo, hi = 1, max_batch
-    if gap(lo) >= 0:
+    if gap(1) >= 0:
         return 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if gap(mid) >= 0 else (mid, hi)
-    return hi
+    return smallest_true(lambda b: gap(b) >= 0, 2, max_batch - 1)  # gap(1) < 0 <= gap(max_batch)

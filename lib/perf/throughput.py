@@ -30,6 +30,7 @@ import math
 from lib.inputs import fraction, integer, real
 from lib.perf.deployment import Deployment, require
 from lib.perf.step import StepAssumptions, decode_step, kv_read_fraction
+from lib.search import largest_true, smallest_true
 
 LARGE_BATCH = 1 << 20  # far past every kernel's ridge: the step is linear in B from here on
 
@@ -113,9 +114,8 @@ def batch_for_tokens_per_s(
         lo, hi = hi, hi * 2
         if hi > 4 * LARGE_BATCH:
             return math.inf
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if x(mid) < target else (lo, mid)
+    lo = largest_true(lambda b: x(b) < target, lo + 1, hi - 1)  # x(lo) < target <= x(hi)
+    hi = lo + 1
     # B / (t_lo + (B - lo) s) = target  =>  B = target (t_lo - lo s) / (1 - target s)
     t_lo, t_hi = step_s(dep, lo, context, assume), step_s(dep, hi, context, assume)
     s = t_hi - t_lo
@@ -159,9 +159,8 @@ def batch_for_step_time(
         lo, hi = hi, hi * 2
         if hi > 4 * LARGE_BATCH:
             return math.inf
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if step_s(dep, mid, context, assume) <= max_step_s else (lo, mid)
+    lo = largest_true(lambda b: step_s(dep, b, context, assume) <= max_step_s, lo + 1, hi - 1)
+    hi = lo + 1
     t_lo, t_hi = step_s(dep, lo, context, assume), step_s(dep, hi, context, assume)
     return lo + (max_step_s - t_lo) / (t_hi - t_lo)
 
@@ -182,10 +181,7 @@ def compute_bound_batch(dep: Deployment, context: int, assume: StepAssumptions |
         lo, hi = hi, hi * 2
         if hi > LARGE_BATCH:
             return math.inf
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if excess(mid) <= 0 else (lo, mid)
-    return float(hi)
+    return float(smallest_true(lambda b: not (excess(b) <= 0), lo + 1, hi - 1))  # excess(lo) <= 0 < excess(hi)
 
 
 def kv_batch_ceiling(dep: Deployment, context: int) -> float:

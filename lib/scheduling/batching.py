@@ -44,6 +44,7 @@ import numpy as np
 
 from lib.inputs import integer, real
 from lib.scheduling.workloads import Bimodal, Constant, Empirical, Geometric, LogNormal, Uniform
+from lib.search import largest_true, smallest_true
 
 __all__ = [
     "batch_where_doubling_gains",
@@ -226,14 +227,11 @@ def _check_decodes(cost, decode_seqs: int, context_tokens: float) -> tuple[int, 
 
 
 def _largest(ok, top: int = 1 << 22) -> int:
-    """Largest integer T in [0, top] with ok(T) (ok monotone: true, then false)."""
+    """Largest integer T in [0, top] with ok(T) (ok monotone: true, then false; ok(0) taken as true
+    without a call, ok(top) called first)."""
     if ok(top):
         return top
-    lo, hi = 0, top
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
+    return largest_true(ok, 1, top - 1)
 
 
 def free_prefill_tokens(cost, decode_seqs: int, context_tokens: float = 0.0, position: int = 0) -> int:
@@ -303,11 +301,7 @@ def batch_where_doubling_gains(dep, context: int, ratio: float = 4 / 3, assume=N
         hi *= 2
         if hi > 1 << 22:
             raise ValueError(f"no batch up to {1 << 22:,} where doubling gains at most {r:g}x")
-    lo = hi // 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if gain(mid) > r else (lo, mid)
-    return hi
+    return smallest_true(lambda b: not (gain(b) > r), hi // 2 + 1, hi - 1)  # gain(hi // 2) > r >= gain(hi)
 
 
 def closed_loop_goodput(res, slo) -> tuple[float, float]:

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from lib.inputs import real
+from lib.search import largest_true
 
 __all__ = ["BatchKVBudget", "DirectStepCost", "batch_kv_budget", "mean_step_parts"]
 
@@ -164,12 +165,7 @@ def batch_kv_budget(cost, tpot_s: float, *, interactive_rate: float, interactive
         if step(hi) <= t:
             lo = hi
         else:
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if step(mid) <= t:
-                    lo = mid
-                else:
-                    hi = mid
+            lo = largest_true(lambda n: step(n) <= t, 1, hi - 1)  # step(0) <= t < step(hi)
     one = mean_step_parts(cost, 1, **loads)
     return BatchKVBudget(t, d_i, base, one["read"], cost.chunk_compute_s(round(p_b), 0) / o_b, lo, step(lo),
                          foot, lo * foot, pool)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lib.inputs import integer, real
+from lib.search import largest_true
 
 __all__ = [
     "BudgetWindow",
@@ -457,11 +458,7 @@ def chunk_cap(cost, decode_seqs: int, context_tokens: float, gap_target_s: float
         return 0
     if fits(hi):
         return hi
-    lo = 1  # fits(lo) and not fits(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    return largest_true(fits, 2, hi - 1)  # fits(1) and not fits(hi)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lib.inputs import integer
+from lib.search import smallest_true
 
 __all__ = ["PreemptionPrice", "preemption_price", "swap_recompute_crossover"]
 
@@ -78,11 +79,4 @@ def swap_recompute_crossover(dep, decodes: int = 0, *, riding: bool = True, high
         return hi + 1
     if swap_wins(1):
         return 1
-    lo = 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if swap_wins(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return smallest_true(swap_wins, 2, hi - 1)  # not swap_wins(1), swap_wins(hi)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lib.inputs import integer, real
+from lib.search import largest_true
 
 __all__ = ["BatchLimits", "SteadyRun", "batch_limits", "steady_run"]
 
@@ -69,10 +70,8 @@ def _by_tpot_from_table(cost, c: int, target: float) -> float | None:
         return 0.0
     if step(top) <= target:
         return math.inf
-    lo, hi = 1, top
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if step(mid) <= target else (lo, mid)
+    lo = largest_true(lambda b: step(b) <= target, 2, top - 1)  # step(1) <= target < step(top)
+    hi = lo + 1
     return lo + (target - step(lo)) / (step(hi) - step(lo))
 
 

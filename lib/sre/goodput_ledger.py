@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 from lib.inputs import fraction, integer, real
+from lib.search import largest_true
 
 __all__ = [
     "CATEGORIES", "GOODPUT", "ITEMS", "Interval", "Ledger", "OWNERS", "RunLog", "RunSpec", "category_at",
@@ -245,14 +246,8 @@ class _StepStream:
     def completed_before(self, k: int, x: float) -> int:
         """How many of the next k attempts end within running time x (x below their total)."""
         c0 = self.cum(self.pos)[0]
-        lo, hi = 0, k  # the answer j: cum(pos + j) - c0 <= x, the largest such j in [0, k]
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.cum(self.pos + mid)[0] - c0 <= x:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        # the largest j in [0, k] with cum(pos + j) - c0 <= x; j = 0 holds (x >= 0) and is not called
+        return largest_true(lambda j: self.cum(self.pos + j)[0] - c0 <= x, 1, k)
 
     def consume(self, k: int) -> None:
         self.pos += k

@@ -27,6 +27,7 @@ from lib.inputs import integer
 from lib.perf import memory as mem
 from lib.registry import assumptions
 from lib.registry.dtypes import bytes_per_element
+from lib.search import largest_true
 
 __all__ = [
     "VisionTower", "vision_tower", "tower_names", "smart_resize", "image_tokens", "image_patches",
@@ -223,17 +224,11 @@ def phase_peaks(budget: mem.MemoryBudget, tower: VisionTower, tokens_per_image: 
 
 def largest_fitting(fits, low: int, high: int) -> int:
     """The largest integer n in [low, high] with ``fits(n)`` True, for a ``fits`` that is True up to
-    some n and False after (bisection); low - 1 when even ``low`` does not fit."""
+    some n and False after (:func:`lib.search.largest_true` once ``fits(low)`` is checked); low - 1 when
+    even ``low`` does not fit."""
     low = integer("low", low, 0)
     high = integer("high", high, low)
     if not fits(low):
         return low - 1
-    lo, hi = low, high
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return largest_true(fits, low + 1, high)
 
