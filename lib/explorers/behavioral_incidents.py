@@ -7,6 +7,7 @@ detection quantity). One persistent matplotlib figure per explorer, updated in p
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -168,11 +169,11 @@ def _build_takeover(fig) -> SimpleNamespace:
     fig.subplots_adjust(left=0.11, right=0.97, bottom=0.16, top=0.95)
     ax = fig.add_subplot()
     a = SimpleNamespace(ax=ax)
-    a.curve = ax.plot([0], [0], color="C0", lw=1.8, label="mentee's expected finish, given not done yet")[0]
-    a.limit = ax.axhline(1.0, color="C3", ls="--", lw=1.2, label="limit: your time + allowance, or breach")
+    a.curve = ax.plot([0], [0], color="C0", lw=1.8, label="expected time to mitigate, taking over at t")[0]
+    a.limit = ax.axhline(1.0, color="C3", ls="--", lw=1.2, label="limit: your time + allowance")
     a.you = ax.axhline(1.0, color="C2", ls=":", lw=1.2, label="your time from the hand-off")
     a.point = ax.axvline(0.0, color="0.3", lw=1.0, label="take-over point")
-    ax.set_xlabel("minutes since the hand-off (mentee not done yet)")
+    ax.set_xlabel("take-over time t, minutes since the hand-off")
     ax.set_ylabel("minutes to mitigation")
     ax.grid(True)
     return a
@@ -185,7 +186,13 @@ def _draw_takeover(a, t_min, finish_min, limit_min, you_min, point_min) -> None:
     a.point.set_xdata([point_min, point_min])
     a.ax.set_xlim(0, t_min[-1])
     a.ax.set_ylim(0, max(float(np.max(finish_min)), limit_min) * 1.1)
-    figures.legend(a.ax, [a.curve, a.limit, a.you, a.point], fontsize=7, loc="upper left")
+    figures.legend(a.ax, [a.curve, a.limit, a.you, a.point], fontsize=7, loc="lower right")
+
+
+def takeover_words(plan) -> str:
+    """The take-over point in words: 'at once', 'never' or 'after <duration>'."""
+    return ("at once" if plan.takeover_s == 0 else "never" if math.isinf(plan.takeover_s)
+            else f"after {fmt_duration(plan.takeover_s)}")
 
 
 _TAKEOVER = figures.LiveFigure(6.0, 3.2, _build_takeover, _draw_takeover)
@@ -203,26 +210,30 @@ _TAKEOVER = figures.LiveFigure(6.0, 3.2, _build_takeover, _draw_takeover)
 )
 def takeover(bad_fraction: float, target: float, budget_left: float, mentee_median_min: float, mentee_sigma: float,
              your_min: float, allowance: float) -> View:
-    """N086: the mentee's expected finish as the minutes pass, against the limit that sets the take-over point."""
+    """N086: the expected time to mitigate as a function of when the mentor takes over, against the limit (your
+    time plus the allowance) whose last crossing is the take-over point."""
     p = ip.takeover_plan(bad_fraction, target, budget_left, mentee_median_min * 60, mentee_sigma, your_min * 60,
                          allowance)
     median_s = mentee_median_min * 60
-    span = max(min(p.takeover_s * 1.5, median_s * 20), median_s * 2, 60.0)  # the point, unless far in the tail
+    shown = p.takeover_s if math.isfinite(p.takeover_s) else median_s * 20
+    span = max(min(shown * 1.5, median_s * 20), median_s * 2, 60.0)  # the point, unless far in the tail
     t = np.linspace(0.0, span, 80)
-    finish = np.array([ip.lognormal_mean_after(x, mentee_median_min * 60, mentee_sigma) for x in t]) / 60
-    point = ("take the keyboard now" if p.takeover_s == 0 else f"after {fmt_duration(p.takeover_s)}"
-             + (" (the mentee is almost surely done by then)" if p.p_mentee > 0.999 else ""))
+    finish = np.array([ip.expected_finish_s(x, median_s, mentee_sigma, your_min * 60) for x in t]) / 60
+    point = takeover_words(p) + (" (the mentee is almost surely done by then)"
+                                 if 0 < p.takeover_s < math.inf and p.p_mentee > 0.999 else "")
+    binds = {"allowance": "the allowance is used up", "last chance": "your fix must still beat the breach",
+             "never": "coaching to the end fits the allowance"}[p.reason]
     rows = [("burn rate", f"{sig(p.burn)} x"),
             ("remaining budget gone in", fmt_duration(p.breach_s)),
             ("teaching allowance at this burn", fmt_duration(p.allowance_s)),
-            ("take over", f"{point} ({p.reason} binds)"),
+            ("take over", f"{point} ({binds})"),
             ("mentee mitigates it themself", fmt_pct(p.p_mentee)),
             ("expected budget: plan / never take over / take over at once",
              f"{fmt_pct(p.budget_plan)} / {fmt_pct(p.budget_mentee_only)} / {fmt_pct(p.budget_you_only)}")]
-    caption = (f"The mentee's expected finish rises the longer they are stuck; the take-over point is where it crosses "
-               f"the limit of {fmt_duration(p.limit_s)}"
+    caption = (f"Taking over at t, the incident is expected to last E[min(T, t)] + P(T > t) x your time; the take-over "
+               f"point is the last t where that stays under your time plus the allowance, {fmt_duration(p.limit_s)}"
                + (", moved earlier so that your own fix still lands before the budget is gone"
                   if p.reason == "last chance" else "") + f": {point}.")
     return View("When to stop asking and take over", rows,
-                _TAKEOVER(t / 60, finish, p.limit_s / 60, your_min, min(p.takeover_s, span) / 60), caption=caption,
+                _TAKEOVER(t / 60, finish, p.limit_s / 60, your_min, min(shown, span) / 60), caption=caption,
                 values={"takeover_s": p.takeover_s, "p_mentee": p.p_mentee})

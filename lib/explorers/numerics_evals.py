@@ -157,6 +157,8 @@ def slice_power(items: int, share_pct: float, slice_acc_pct: float, drop_pts: fl
     here_pool = evals.mcnemar_power(items, pooled_psi, pooled_d, alpha)
     here_slice = slice_pw(n_slice)
     need_slice = evals.items_needed_paired(psi_b, d, a_slice, 0.8)
+    if need_slice <= _EXACT_SLICE:  # a small slice: the exact test's count, as the page states it
+        need_slice = float(evals.items_needed_paired_exact(psi_b, d, a_slice, 0.8))
     need_pool = evals.items_needed_paired(pooled_psi, pooled_d, alpha, 0.8)
     rows = [("the average moves by", f"{sig(100 * pooled_d, 2)} points"),
             ("the slice moves by", f"{sig(drop_pts, 3)} points"),

@@ -13,12 +13,12 @@ that joins them (an action item's closure and the repeats it prevents are
   same regression (:func:`lib.sre.canary.requests_needed`, ``stage_s``), and the budget it would have
   spent instead.
 * :func:`takeover_plan`: the take-over point of a mentor during an incident: the mentee's time to
-  mitigate is log-normal; the mentor takes over at the first elapsed time t at which the mentee's
-  expected finish given not yet done, E[T | T > t], exceeds the mentor's own time plus the teaching
-  allowance (a share of the budget converted to seconds at the current burn), or exceeds the time
-  left before the remaining budget is exhausted (:func:`lib.sre.slo.exhaustion_s`); never later than that
-  time minus the mentor's own, so that taking over still beats the breach. A heuristic: it bounds the mentee's
-  expected finish, so the incident can end up to the mentor's own time past your_ttm + allowance.
+  mitigate T is log-normal; taking over at t ends the incident, in expectation, at
+  E(t) = E[min(T, t)] + P(T > t) your_ttm (:func:`expected_finish_s`). The point is the largest t whose
+  expected extra time over taking the keyboard at once, E(t) - your_ttm, fits the teaching allowance (a share
+  of the budget converted to seconds at the current burn), so the plan's expected budget is at most the
+  mentor's own plus the allowance; never later than the time left before the remaining budget is exhausted
+  (:func:`lib.sre.slo.exhaustion_s`) minus the mentor's own, so that taking over still beats the breach.
 
 SI units: seconds, requests per second; fractions in [0, 1].
 """
@@ -33,7 +33,7 @@ from lib.inputs import fraction, integer, real
 from lib.sre import canary, slo
 from lib.sre.incidents import Incident
 
-__all__ = ["CanaryCatch", "IncidentCost", "TakeoverPlan", "canary_catch", "incident_cost",
+__all__ = ["CanaryCatch", "IncidentCost", "TakeoverPlan", "canary_catch", "expected_finish_s", "incident_cost",
            "lognormal_mean_after", "lognormal_sf", "simulate_takeover", "takeover_plan"]
 
 _N = NormalDist()
@@ -155,12 +155,13 @@ class TakeoverPlan:
 
     ``burn``: the incident's burn rate; ``breach_s``: time until the remaining budget is gone at that burn;
     ``allowance_s``: the teaching allowance as seconds of impact at that burn; ``limit_s``: the expected
-    finish the mentor tolerates, min(your_ttm + allowance, breach); ``takeover_s``: the take-over point (0:
-    keep the keyboard); ``reason``: which limit binds ("allowance", "breach", or "last chance": the point was
-    moved earlier to breach - your_ttm so that your own fix still lands before the budget is gone); ``p_mentee``: P(the mentee
-    mitigates before it); ``expected_s`` of the plan, ``mentee_only_s`` and ``you_only_s``: the expected time
-    to mitigate of the plan, of never taking over, and of taking the keyboard at once; ``budget_*``: the same
-    as fractions of the budget."""
+    time to mitigate the mentor tolerates, your_ttm + allowance; ``takeover_s``: the take-over point (0:
+    keep the keyboard; inf: never take over); ``reason``: what sets it ("allowance": E(takeover) = limit,
+    "last chance": moved earlier to breach - your_ttm so that your own fix still lands before the budget is
+    gone, "never": coaching to the end fits the allowance and your own fix cannot beat the breach anyway);
+    ``p_mentee``: P(the mentee mitigates before it); ``expected_s`` of the plan, ``mentee_only_s`` and
+    ``you_only_s``: the expected time to mitigate of the plan, of never taking over, and of taking the
+    keyboard at once; ``budget_*``: the same as fractions of the budget."""
 
     burn: float
     breach_s: float
@@ -186,8 +187,78 @@ def _partial_mean(t: float, mu: float, s: float) -> float:
     """E[min(T, t)] for T log-normal(mu, s): E[T 1{T <= t}] + t P(T > t)."""
     if t <= 0:
         return 0.0
+    if math.isinf(t):
+        return math.exp(mu + s * s / 2)
     z = (math.log(t) - mu) / s
     return math.exp(mu + s * s / 2) * _N.cdf(z - s) + t * (1 - _N.cdf(z))
+
+
+def expected_finish_s(takeover_s: float, mentee_median_s: float, mentee_sigma: float, your_ttm_s: float) -> float:
+    """E(t): the expected time to mitigate when the mentor takes over at ``takeover_s`` if the mentee (log-normal
+    T, ``mentee_median_s``, ``mentee_sigma``) is not done: E[min(T, t)] + P(T > t) your_ttm, seconds
+    (your_ttm at t = 0, E[T] at t = inf). dE/dt = P(T > t) (1 - your_ttm h(t)), h the hazard of T."""
+    t = math.inf if takeover_s == math.inf else real("takeover_s", takeover_s, 0, unit="seconds (or inf: never)")
+    m = real("mentee_median_s", mentee_median_s, 0, low_open=True, unit="seconds")
+    s = real("mentee_sigma", mentee_sigma, 0, low_open=True, unit="(log-sd)")
+    y = real("your_ttm_s", your_ttm_s, 0, unit="seconds")
+    return _finish(t, math.log(m), s, y)
+
+
+def _finish(t: float, mu: float, s: float, y: float) -> float:
+    """E(t) of :func:`expected_finish_s` with mu = ln median."""
+    if t <= 0:
+        return y
+    if math.isinf(t):
+        return math.exp(mu + s * s / 2)
+    return _partial_mean(t, mu, s) + y * (1 - _N.cdf((math.log(t) - mu) / s))
+
+
+_Z_MAX = 37.0  # beyond z = 37 the normal tail underflows a double: treat t = exp(mu + 37 s) as the end of time
+
+
+def _bisect_z(f, lo: float, hi: float) -> float:
+    """The z in [lo, hi] where f changes sign (f(lo), f(hi) of opposite signs), to machine precision."""
+    f_lo = f(lo)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid in (lo, hi):
+            break
+        if (f(mid) > 0) == (f_lo > 0):
+            lo, f_lo = mid, f(mid)
+        else:
+            hi = mid
+    return hi
+
+
+def _largest_crossing(mu: float, s: float, y: float, limit: float) -> float:
+    """The largest t with E(t) <= limit, given E(inf) = E[T] > limit >= E(0) = y. E rises where
+    y h(t) < 1; the log-normal hazard is unimodal, so E rises, may fall on the interval where y h >= 1, then
+    rises to E[T]: the largest crossing is on the last rising stretch if E at its start is under the limit,
+    else on the first. Each stretch is monotone, so bisection in z = (ln t - mu) / s finds it exactly."""
+    def t_of(z: float) -> float:
+        return math.exp(mu + s * z)
+
+    def excess(z: float) -> float:
+        return _finish(t_of(z), mu, s, y) - limit
+
+    def log_yh(z: float) -> float:  # log(y h(t(z))) - 0: h = phi(z) / (s t Q(z))
+        q = 0.5 * math.erfc(z / math.sqrt(2.0))
+        return math.log(y) - z * z / 2 - 0.5 * math.log(2 * math.pi) - math.log(s) - mu - s * z - math.log(q)
+
+    z_lo = -_Z_MAX
+    if y > 0:
+        # the hazard's mode: phi(z) / Q(z) - z = s (the left side falls from +inf to 0)
+        z_mode = _bisect_z(lambda z: NormalDist().pdf(z) / (0.5 * math.erfc(z / math.sqrt(2.0))) - z - s, -_Z_MAX, _Z_MAX)
+        if log_yh(z_mode) > 0:  # E falls between z1 < z_mode < z2
+            z2 = _bisect_z(log_yh, z_mode, _Z_MAX) if log_yh(_Z_MAX) < 0 else _Z_MAX
+            if excess(z2) <= 0:
+                z_lo = z2
+            else:
+                z1 = _bisect_z(log_yh, -_Z_MAX, z_mode) if log_yh(-_Z_MAX) < 0 else -_Z_MAX
+                return t_of(_bisect_z(excess, -_Z_MAX, z1)) if excess(-_Z_MAX) < 0 else 0.0
+    if excess(_Z_MAX) <= 0:
+        return t_of(_Z_MAX)
+    return 0.0 if excess(z_lo) > 0 else t_of(_bisect_z(excess, z_lo, _Z_MAX))
 
 
 def takeover_plan(bad_fraction: float, target: float, budget_left: float, mentee_median_s: float,
@@ -197,12 +268,12 @@ def takeover_plan(bad_fraction: float, target: float, budget_left: float, mentee
     spent; ``allowance``: the share of the budget the team accepts to spend on letting the mentee finish
     beyond what the mentor alone would spend. The mentee's time T is log-normal (``mentee_median_s``,
     ``mentee_sigma``); the mentor's is ``your_ttm_s`` from whenever it takes the keyboard (context included).
-    Take over at the first t with E[T | T > t] > limit (bisection: that mean grows with t); 0 when even E[T]
-    exceeds it; and, when you can still beat the breach (your_ttm < breach), no later than breach - your_ttm,
-    the last moment at which your own fix lands before the remaining budget is gone (reason "last chance").
 
-    The rule bounds the mentee's expected finish, not the incident's: if the mentee is not done at the point,
-    the incident ends at takeover_s + your_ttm, which can exceed your_ttm + allowance by up to your_ttm."""
+    Take over at t* = the largest t with E(t) - your_ttm <= allowance (seconds at this burn), E from
+    :func:`expected_finish_s`: the plan's expected budget exceeds taking over at once by at most the allowance
+    (exactly the allowance when it binds), and no later point does. inf (never) when even E[T] fits; and,
+    when you can still beat the breach (your_ttm < breach), no later than breach - your_ttm, the last moment
+    at which your own fix lands before the remaining budget is gone (reason "last chance")."""
     e = fraction("bad_fraction", bad_fraction, allow_zero=False)
     left = fraction("budget_left", budget_left, allow_zero=False)
     m = real("mentee_median_s", mentee_median_s, 0, low_open=True, unit="seconds")
@@ -212,26 +283,17 @@ def takeover_plan(bad_fraction: float, target: float, budget_left: float, mentee
     burn = slo.burn_rate(e, target)
     full = slo.exhaustion_s(burn, window_s)  # the whole budget at this burn
     breach, allow_s = left * full, a * full
-    limit = min(y + allow_s, breach)
-    reason = "allowance" if y + allow_s <= breach else "breach"
+    limit = y + allow_s
     mu = math.log(m)
-    if lognormal_mean_after(0.0, m, s) >= limit:
-        t_star = 0.0
+    mentee_only = math.exp(mu + s * s / 2)
+    if mentee_only <= limit:
+        t_star, reason = math.inf, "never"
     else:
-        lo, hi = 0.0, m
-        while lognormal_mean_after(hi, m, s) < limit:
-            hi *= 2.0
-        for _ in range(100):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if lognormal_mean_after(mid, m, s) < limit else (lo, mid)
-            if hi - lo < 1e-6 * max(1.0, hi):
-                break
-        t_star = hi
+        t_star, reason = _largest_crossing(mu, s, y, limit), "allowance"
     if y < breach and t_star > breach - y:  # later, your own fix would land after the budget is gone
         t_star, reason = breach - y, "last chance"
-    p_mentee = 0.0 if t_star == 0 else _N.cdf((math.log(t_star) - mu) / s)
-    expected = _partial_mean(t_star, mu, s) + (1 - p_mentee) * y
-    mentee_only = math.exp(mu + s * s / 2)
+    p_mentee = 0.0 if t_star == 0 else 1.0 if math.isinf(t_star) else _N.cdf((math.log(t_star) - mu) / s)
+    expected = _finish(t_star, mu, s, y)
 
     def spent(t: float) -> float:
         return slo.budget_consumed(burn, t, window_s)

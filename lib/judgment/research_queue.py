@@ -236,6 +236,19 @@ def pool_mean_wait_s(utilization: float, gpus, durations_s, cluster_gpus: int) -
     return queueing.mg1_mean_wait_s(rho / es, es, es2)
 
 
+def _fast_lane_inputs(small_share, small_s, large_mean_s, large_scv, utilization, lane_share):
+    """The six inputs of :func:`fast_lane_waits` and :func:`fast_lane_sample`, validated once:
+    (small_share in (0, 1), small_s > 0 s, large_mean_s > 0 s, large_scv >= 0, utilization in (0, 1),
+    lane_share in (0, 1))."""
+    p = real("small_share", small_share, 0, 1, low_open=True, high_open=True)
+    a = real("small_s", small_s, 0, low_open=True, unit="seconds")
+    b = real("large_mean_s", large_mean_s, 0, low_open=True, unit="seconds")
+    c2 = real("large_scv", large_scv, 0)
+    rho = real("utilization", utilization, 0, 1, low_open=True, high_open=True)
+    f = real("lane_share", lane_share, 0, 1, low_open=True, high_open=True)
+    return p, a, b, c2, rho, f
+
+
 def fast_lane_waits(small_share: float, small_s: float, large_mean_s: float, large_scv: float,
                     utilization: float, lane_share: float) -> dict[str, float]:
     """Mean waits of small and large jobs: one FIFO queue versus a reserved fast lane.
@@ -247,12 +260,7 @@ def fast_lane_waits(small_share: float, small_s: float, large_mean_s: float, lar
     only small jobs (service small_s / f), the rest only large ones (service / (1 - f)), each an M/G/1.
     Returns ``shared`` (everyone's wait), ``lane_small``, ``lane_large``, ``rho_lane``, ``rho_main``
     (inf where a lane is overloaded) and the arrival ``rate``."""
-    p = real("small_share", small_share, 0, 1, low_open=True, high_open=True)
-    a = real("small_s", small_s, 0, low_open=True, unit="seconds")
-    b = real("large_mean_s", large_mean_s, 0, low_open=True, unit="seconds")
-    c2 = real("large_scv", large_scv, 0)
-    rho = real("utilization", utilization, 0, 1, low_open=True, high_open=True)
-    f = real("lane_share", lane_share, 0, 1, low_open=True, high_open=True)
+    p, a, b, c2, rho, f = _fast_lane_inputs(small_share, small_s, large_mean_s, large_scv, utilization, lane_share)
     es = p * a + (1 - p) * b
     es2 = p * a * a + (1 - p) * (1 + c2) * b * b
     lam = rho / es
@@ -353,12 +361,7 @@ def fast_lane_sample(small_share: float, small_s: float, large_mean_s: float, la
     reaches 1). Heavy-tailed sizes make a path's E[S^2] converge slowly, so the path's mean wait is
     compared like for like with ``shared_pk_path``; the gap to the population closed form is the
     sampling of E[S^2], not the queue."""
-    p = real("small_share", small_share, 0, 1, low_open=True, high_open=True)
-    a = real("small_s", small_s, 0, low_open=True, unit="seconds")
-    b = real("large_mean_s", large_mean_s, 0, low_open=True, unit="seconds")
-    c2 = real("large_scv", large_scv, 0)
-    rho = real("utilization", utilization, 0, 1, low_open=True, high_open=True)
-    f = real("lane_share", lane_share, 0, 1, low_open=True, high_open=True)
+    p, a, b, c2, rho, f = _fast_lane_inputs(small_share, small_s, large_mean_s, large_scv, utilization, lane_share)
     rng = np.random.default_rng(integer("seed", seed, 0))
     n = integer("n", n, 100)
     small = rng.random(n) < p

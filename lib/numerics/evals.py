@@ -50,7 +50,7 @@ from lib.inputs import fraction, integer, real
 from lib.sre import canary
 
 __all__ = ["PairedCells", "TokenDivergence", "allocate_items", "cell_probabilities", "discordance_excess_items",
-           "items_needed_paired", "mcnemar_critical_count", "mcnemar_exact_p", "mcnemar_exact_power",
+           "items_needed_paired", "items_needed_paired_exact", "mcnemar_critical_count", "mcnemar_exact_p", "mcnemar_exact_power",
            "mcnemar_min_discordant", "mcnemar_rejects", "pooled",
            "mcnemar_power", "min_detectable_difference_paired", "min_detectable_difference_unpaired",
            "paired_bootstrap", "paired_cells", "paired_difference_se", "perturb_logits", "score_standard_error",
@@ -259,6 +259,32 @@ def items_needed_paired(discordance: float, difference: float, alpha: float = 0.
     psi, d = _psi_delta(discordance, difference)
     za, zb = _N.inv_cdf(1 - _alpha(alpha) / 2), _N.inv_cdf(_power(power))
     return ((za * math.sqrt(psi) + zb * math.sqrt(max(psi - d * d, 0.0))) / d) ** 2
+
+
+def items_needed_paired_exact(discordance: float, difference: float, alpha: float = 0.05, power: float = 0.8) -> int:
+    """Items for the exact two-sided McNemar test to catch ``difference`` at ``power``: the smallest n with
+    :func:`mcnemar_exact_power` (n) >= power, by bisection (the exact power rises with n: n draws the
+    discordant count Binomial(n, psi), which smooths the test's discreteness; the unit tests scan n to
+    confirm). :func:`items_needed_paired` (Connor's normal approximation) is the explanation and the
+    starting bracket; the two differ by a few items to tens of percent at the small n of one slice."""
+    psi, d = _psi_delta(discordance, difference)
+    a, pw = _alpha(alpha), _power(power)
+    lo = max(mcnemar_min_discordant(a) - 1, 0)  # below the minimum discordant count the exact test never fires
+    hi = max(lo + 1, math.ceil(items_needed_paired(psi, d, a, pw)))
+    while mcnemar_exact_power(hi, psi, d, a) < pw:
+        lo, hi = hi, 2 * hi
+        if hi > 10**8:
+            raise ValueError(f"the exact test needs more than 10^8 items for difference {d:g} at discordance {psi:g}")
+    guess = int(0.8 * hi)  # a tighter lower bracket when the approximation overshoots by less than a fifth
+    if lo < guess < hi and mcnemar_exact_power(guess, psi, d, a) < pw:
+        lo = guess
+    while hi - lo > 1:  # power(lo) < pw <= power(hi), lo = 0 meaning none
+        mid = (lo + hi) // 2
+        if mcnemar_exact_power(mid, psi, d, a) >= pw:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def min_detectable_difference_paired(items: int, discordance: float, alpha: float = 0.05,

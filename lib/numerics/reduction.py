@@ -5,7 +5,9 @@ that make the flips visible. numpy only, float32 accumulation one rounding per t
 
 For batch invariance (chapters/10-numerics): :func:`split_sum` sums in any split, :func:`layered_logits`
 runs a seeded bf16 residual stack with every reduction in one split, :func:`logits_two_orders` and
-:func:`flip_rate_vs_gap` give the share of greedy tokens that flip between two splits at a given top-two gap, :func:`divergence_probability` turns a per-token flip chance into
+:func:`flip_rate_vs_gap` give the share of greedy tokens that flip between two splits at a given top-two gap
+(:func:`flip_rate_expected`: the same share in closed form, over the head's random columns),
+:func:`divergence_probability` turns a per-token flip chance into
 the chance a completion differs, and :func:`kernel_choice` / :func:`batch_invariant_cost` read which
 split-K a tiled GEMM picks at each batch size and what one fixed configuration costs
 (:mod:`lib.kernels.gemm_waves`)."""
@@ -21,8 +23,9 @@ from lib.inputs import integer, real
 
 from .formats import bf16_round
 
-__all__ = ["BatchInvariantCost", "KernelChoice", "argmax_flips", "batch_invariant_cost", "divergence_probability",
-           "flip_rate_vs_gap", "kernel_choice", "layered_logits", "logits_two_orders", "near_tie_problem", "split_sum", "sum_two_orders",
+__all__ = ["BatchInvariantCost", "KernelChoice", "TwoOrderStack", "argmax_flips", "batch_invariant_cost",
+           "divergence_probability", "flip_rate_expected", "flip_rate_vs_gap", "kernel_choice", "layered_hidden",
+           "layered_logits", "logits_two_orders", "near_tie_problem", "split_sum", "stack_two_orders", "sum_two_orders",
            "tokens_to_divergence"]
 
 
@@ -113,24 +116,47 @@ def split_sum(h, w, split: int) -> np.ndarray:
     return total
 
 
-def layered_logits(x, layers, head, split: int, output_bf16: bool = False) -> np.ndarray:
-    """Logits of a bf16 residual stack with every reduction in one ``split`` (:func:`split_sum`):
-    h_0 = bf16(x); h_{l+1} = bf16(h_l + bf16(h_l @ W_l)); logits = h_L @ head (float32, rounded to bf16
-    when ``output_bf16``). Two splits give two bit patterns of the same model: the kernel a batch size
-    picks is the only difference."""
+def layered_hidden(x, layers, split: int) -> np.ndarray:
+    """Final hidden state of a bf16 residual stack with every reduction in one ``split``
+    (:func:`split_sum`): h_0 = bf16(x); h_{l+1} = bf16(h_l + bf16(h_l @ W_l)); float32 array (rows, d)."""
     h = bf16_round(np.asarray(x, dtype=np.float32))
     for w in layers:
         h = bf16_round(h + bf16_round(split_sum(h, w, split)))
-    out = split_sum(h, head, split)
+    return h
+
+
+def layered_logits(x, layers, head, split: int, output_bf16: bool = False) -> np.ndarray:
+    """Logits of a bf16 residual stack with every reduction in one ``split``: logits =
+    :func:`layered_hidden` @ head (float32, rounded to bf16 when ``output_bf16``). Two splits give two
+    bit patterns of the same model: the kernel a batch size picks is the only difference."""
+    out = split_sum(layered_hidden(x, layers, split), head, split)
     return bf16_round(out) if output_bf16 else out
 
 
-def logits_two_orders(split_a: int, split_b: int, layers: int = 4, rows: int = 400, d: int = 64, vocab: int = 64,
-                      logit_std: float = 4.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """One seeded model's float32 logits computed twice, every reduction in ``split_a`` and then in
-    ``split_b`` (:func:`layered_logits`): x and the first layer from :func:`near_tie_problem`, the other
-    ``layers`` - 1 layers N(0, 1/(d layers)), an lm_head of independent columns with logit std
-    ``logit_std``. The difference b - a is what a change of batch (of kernel) does to the logits."""
+@dataclass(frozen=True)
+class TwoOrderStack:
+    """One seeded model run in two reduction orders, stopped before the lm_head: the final bf16 hidden
+    states of each order (rows, d), the head (d, vocab) whose entries are i.i.d. N(0, ``head_std``^2),
+    and the two splits. :meth:`logits` applies the head in each order."""
+
+    hidden_a: np.ndarray
+    hidden_b: np.ndarray
+    head: np.ndarray
+    head_std: float
+    split_a: int
+    split_b: int
+
+    def logits(self) -> tuple[np.ndarray, np.ndarray]:
+        """float32 logits hidden @ head, each order's hidden state in its own split (:func:`split_sum`)."""
+        return split_sum(self.hidden_a, self.head, self.split_a), split_sum(self.hidden_b, self.head, self.split_b)
+
+
+def stack_two_orders(split_a: int, split_b: int, layers: int = 4, rows: int = 400, d: int = 64, vocab: int = 64,
+                     logit_std: float = 4.0, seed: int = 0) -> TwoOrderStack:
+    """The seeded bf16 residual stack of :func:`logits_two_orders` run in ``split_a`` and in ``split_b``
+    (:func:`layered_hidden`): x and the first layer from :func:`near_tie_problem`, the other
+    ``layers`` - 1 layers N(0, 1/(d layers)), an lm_head of independent N(0, logit_std^2 / d) entries
+    (drawn after the layers, so independent of the hidden states)."""
     n_layers = integer("layers", layers, 1, 64)
     x, w1, _ = near_tie_problem(rows, d, 2, 0.0, logit_std, seed)
     dd = x.shape[1]
@@ -138,8 +164,17 @@ def logits_two_orders(split_a: int, split_b: int, layers: int = 4, rows: int = 4
     rng = np.random.default_rng(integer("seed", seed, 0) + 1)
     ws = [w1 / np.float32(math.sqrt(n_layers))] + [
         (rng.standard_normal((dd, dd)) / math.sqrt(dd * n_layers)).astype(np.float32) for _ in range(n_layers - 1)]
-    head = (rng.standard_normal((dd, integer("vocab", vocab, 2))) * logit_std / math.sqrt(dd)).astype(np.float32)
-    return layered_logits(x, ws, head, sa), layered_logits(x, ws, head, sb)
+    head_std = float(logit_std) / math.sqrt(dd)
+    head = (rng.standard_normal((dd, integer("vocab", vocab, 2))) * head_std).astype(np.float32)
+    return TwoOrderStack(layered_hidden(x, ws, sa), layered_hidden(x, ws, sb), head, head_std, sa, sb)
+
+
+def logits_two_orders(split_a: int, split_b: int, layers: int = 4, rows: int = 400, d: int = 64, vocab: int = 64,
+                      logit_std: float = 4.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """One seeded model's float32 logits computed twice, every reduction in ``split_a`` and then in
+    ``split_b`` (:func:`stack_two_orders` then its head; the bits of :func:`layered_logits`). The
+    difference b - a is what a change of batch (of kernel) does to the logits."""
+    return stack_two_orders(split_a, split_b, layers, rows, d, vocab, logit_std, seed).logits()
 
 
 def flip_rate_vs_gap(first, second, gaps) -> np.ndarray:
@@ -159,6 +194,46 @@ def flip_rate_vs_gap(first, second, gaps) -> np.ndarray:
     i1, i2 = order[:, 0], order[:, 1]
     swing = (b[rows, i2] - a[rows, i2]) - (b[rows, i1] - a[rows, i1])
     return (swing[None, :] > g.reshape(-1, 1)).mean(axis=1).reshape(g.shape)
+
+
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
+
+
+def flip_rate_expected(stack: TwoOrderStack, gaps) -> tuple[np.ndarray, np.ndarray]:
+    """The flip rate of :func:`flip_rate_vs_gap` in closed form: its expectation over the lm_head's random
+    columns, given each row's measured change of hidden state. Row r's swing is
+    dh_r . (w_2 - w_1) + e_r, with dh_r = h_b - h_a (bf16 flips upstream) and e_r the float32 rounding
+    of the head GEMM in the two orders (measured on h_a). Split dh_r = alpha_r h_a + dh_perp (alpha_r =
+    dh_r . h_a / |h_a|^2): choosing the top two fixes only h_a . w_j, so the part of w_2 - w_1 orthogonal
+    to h_a stays N(0, 2 head_std^2) per direction, and
+    P_r(g) = Q((g + alpha_r delta_r - e_r) / (sqrt(2) head_std |dh_perp,r|)), Q(z) = erfc(z / sqrt 2) / 2,
+    delta_r = h_a . (w_1 - w_2) the top-two gap (the top two of the first order's logits; rows with dh_r = 0: 1[e_r > g]).
+    Returns (rate per gap = mean_r P_r, standard deviation of the count of flipped rows =
+    sqrt(sum_r P_r (1 - P_r)), the Poisson-binomial spread a sampled count has about rows * rate)."""
+    if not isinstance(stack, TwoOrderStack):
+        raise ValueError(f"stack must be a TwoOrderStack (from stack_two_orders), got {type(stack).__name__}")
+    g = np.asarray(gaps, dtype=np.float64)
+    if g.ndim > 1 or np.any(~np.isfinite(g)) or np.any(g < 0):
+        raise ValueError(f"gaps must be finite and >= 0, got {gaps!r}")
+    ha = stack.hidden_a.astype(np.float64)
+    dh = stack.hidden_b.astype(np.float64) - ha
+    w = stack.head.astype(np.float64)
+    fa, fb = (x.astype(np.float64) for x in (split_sum(stack.hidden_a, stack.head, stack.split_a),
+                                            split_sum(stack.hidden_a, stack.head, stack.split_b)))
+    order = np.argsort(-fa, axis=1, kind="stable")  # the top two as flip_rate_vs_gap picks them
+    rows = np.arange(ha.shape[0])
+    i1, i2 = order[:, 0], order[:, 1]
+    delta = np.einsum("rd,dr->r", ha, w[:, i1] - w[:, i2])  # h_a . (w_1 - w_2), exact
+    e = (fb[rows, i2] - fa[rows, i2]) - (fb[rows, i1] - fa[rows, i1])
+    norm2 = np.maximum(np.sum(ha * ha, axis=1), np.finfo(float).tiny)
+    alpha = np.sum(dh * ha, axis=1) / norm2
+    spread = math.sqrt(2.0) * stack.head_std * np.linalg.norm(dh - alpha[:, None] * ha, axis=1)
+    thr = g.reshape(-1, 1) + alpha * delta - e
+    moved = spread > 0
+    z = np.where(moved, thr / np.where(moved, spread, 1.0), 0.0)
+    p = np.where(moved, np.asarray(_ERFC(z / math.sqrt(2.0)), dtype=np.float64) / 2.0, (thr < 0).astype(np.float64))
+    rate, sd = p.mean(axis=1), np.sqrt(np.sum(p * (1.0 - p), axis=1))
+    return rate.reshape(g.shape), sd.reshape(g.shape)
 
 
 def divergence_probability(p_token, tokens):

@@ -78,3 +78,34 @@ def test_evidence_days_uses_the_canary_sample_size():
 def test_bad_inputs_refused(args):
     with pytest.raises(ValueError):
         d.decide(*args)
+
+
+def _enumerated_costs(p, value, harm, rev, w):
+    """Expected regret of each choice by enumerating the two outcomes, from the cash each choice books over
+    a horizon of 2w (no Decision formula): now+good earns 2 D w, now+bad loses h w + R, wait+good earns D w,
+    wait+bad nothing."""
+    cash = {("good", "now"): 2 * value * w, ("bad", "now"): -(harm * w + rev),
+            ("good", "wait"): value * w, ("bad", "wait"): 0.0}
+    out = {}
+    for choice in ("now", "wait"):
+        out[choice] = sum(prob * (max(cash[o, c] for c in ("now", "wait")) - cash[o, choice])
+                          for o, prob in (("good", p), ("bad", 1 - p)))
+    return out["now"], out["wait"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(positive, money, money, weeks)
+def test_threshold_against_brute_force_grid_of_confidence(value, harm, rev, w):
+    import numpy as np
+
+    grid = np.linspace(0.0, 1.0, 20_001)
+    # each choice's expected regret is linear in p: its regrets in the two outcomes, weighted
+    good_now, good_wait = _enumerated_costs(1.0, value, harm, rev, w)
+    bad_now, bad_wait = _enumerated_costs(0.0, value, harm, rev, w)
+    better = grid * good_now + (1 - grid) * bad_now < grid * good_wait + (1 - grid) * bad_wait
+    first = float(grid[np.argmax(better)]) if better.any() else 1.0
+    assert abs(first - d.threshold(rev, harm, value, w)) <= 1 / 20_000 + 1e-9
+    case = d.decide(0.7, value, harm, rev, w)
+    now, wait = _enumerated_costs(0.7, value, harm, rev, w)
+    assert case.cost_now_usd == pytest.approx(now, rel=1e-9, abs=1e-9)
+    assert case.cost_wait_usd == pytest.approx(wait, rel=1e-9, abs=1e-9)

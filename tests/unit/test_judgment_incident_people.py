@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lib.judgment import incident_people as ip
-from lib.sre import incidents, slo
+from lib.sre import incidents
 
 DAY = 86400.0
 
@@ -92,35 +92,71 @@ def test_lognormal_mean_after_against_sampling():
         assert ip.lognormal_mean_after(cut, 900, 0.8) == pytest.approx(t[t > cut].mean(), rel=0.02)
 
 
-def test_takeover_plan_against_simulation_and_limits():
-    p = ip.takeover_plan(0.10, 0.999, 0.5, 900, 0.8, 480, 0.05)
-    assert p.burn == pytest.approx(100)
-    assert p.allowance_s == pytest.approx(0.05 * slo.exhaustion_s(100))
-    assert p.reason == "allowance"
-    assert ip.lognormal_mean_after(p.takeover_s, 900, 0.8) == pytest.approx(p.limit_s, rel=1e-4)
+def _brute_takeover(median_s, sigma, your_s, limit_s, t_max, n_points=40_001):
+    """The largest take-over point on a grid whose expected time to mitigate fits the limit, each point's
+    expectation summed over a discretized density (no closed form): E(t) = sum_i w_i min(T_i, t) +
+    your_s sum_{T_i > t} w_i."""
+    z = np.linspace(-12.0, 12.0, 400_001)
+    w = np.exp(-z * z / 2)
+    w /= w.sum()
+    tt = np.exp(math.log(median_s) + sigma * z)
+    cw, cwt = np.cumsum(w), np.cumsum(w * tt)
+    cand = np.linspace(0.0, t_max, n_points)
+    k = np.searchsorted(tt, cand, side="right")
+    below = np.where(k > 0, cwt[np.maximum(k - 1, 0)], 0.0)
+    wb = np.where(k > 0, cw[np.maximum(k - 1, 0)], 0.0)
+    e = below + cand * (1 - wb) + your_s * (1 - wb)
+    fits = e <= limit_s
+    return float(cand[fits].max()), float(cand[1] - cand[0])
+
+
+def test_expected_finish_ends_and_against_sampling():
+    assert ip.expected_finish_s(0.0, 900, 0.8, 480) == 480
+    assert ip.expected_finish_s(math.inf, 900, 0.8, 480) == pytest.approx(900 * math.exp(0.32))
+    rng = np.random.default_rng(0)
+    t = np.exp(math.log(900) + 0.8 * rng.standard_normal(400_000))
+    for cut in (300.0, 900.0, 3000.0):
+        want = np.where(t <= cut, t, cut + 480).mean()
+        assert ip.expected_finish_s(cut, 900, 0.8, 480) == pytest.approx(want, rel=0.01)
+
+
+def test_takeover_point_is_the_largest_fitting_point_by_brute_force():
+    # a full outage: the allowance binds; the point is where the plan's expected extra time uses it up
+    p = ip.takeover_plan(1.0, 0.999, 0.5, 900, 0.8, 480, 0.05)
+    assert p.reason == "allowance" and 0 < p.takeover_s < p.breach_s - 480
+    assert ip.expected_finish_s(p.takeover_s, 900, 0.8, 480) == pytest.approx(p.limit_s, rel=1e-12)
+    assert p.budget_plan - p.budget_you_only == pytest.approx(0.05, rel=1e-9)  # exactly the allowance
+    brute, step = _brute_takeover(900, 0.8, 480, p.limit_s, 4 * p.takeover_s)
+    assert abs(brute - p.takeover_s) <= step + 1e-3 * p.takeover_s
     mean, share = ip.simulate_takeover(p, 900, 0.8, trials=200_000, seed=3)
     assert mean == pytest.approx(p.expected_s, rel=0.02)
     assert share == pytest.approx(p.p_mentee, abs=0.01)
-    # a full outage with little budget left: keep the keyboard
-    q = ip.takeover_plan(1.0, 0.999, 0.2, 900, 0.8, 480, 0.05)
-    assert q.takeover_s == 0.0 and q.p_mentee == 0.0 and q.expected_s == pytest.approx(480)
-    # no allowance, plenty of budget: take over the moment the mentee's expected finish passes yours
-    z = ip.takeover_plan(0.01, 0.999, 1.0, 300, 0.8, 480, 0.0)
-    assert ip.lognormal_mean_after(z.takeover_s, 300, 0.8) == pytest.approx(480, rel=1e-4)
+    # a mentee much faster than you at first, then stuck: E(t) rises, falls below the limit and rises again,
+    # so the largest crossing is not the first one
+    # (median 5 min, log-sd 1.5, you 10 min, an allowance of about 2 s: E peaks near 603 s, dips to 511 s)
+    q = ip.takeover_plan(0.01, 0.999, 1.0, 300, 1.5, 600, 8e-6)
+    ts = np.linspace(0.5, q.takeover_s, 4000)
+    es = np.array([ip.expected_finish_s(x, 300, 1.5, 600) for x in ts])
+    assert q.reason == "allowance" and (es > q.limit_s).any()  # an earlier stretch above the limit
+    brute, step = _brute_takeover(300, 1.5, 600, q.limit_s, 3 * q.takeover_s)
+    assert abs(brute - q.takeover_s) <= step + 2e-3 * q.takeover_s
 
 
-def test_takeover_plan_last_chance_and_faster_mentee():
-    # little budget left and a slow mentor: the point moves to breach - your time, so your fix beats the breach
-    p = ip.takeover_plan(0.10, 0.999, 0.05, 900, 0.8, 1200, 0.05)
-    assert p.reason == "last chance"
-    assert p.takeover_s == pytest.approx(p.breach_s - 1200)
+def test_takeover_plan_last_chance_never_and_no_allowance():
+    # plenty of allowance: coaching to the end fits, so the only point is the last chance to beat the breach
+    p = ip.takeover_plan(0.10, 0.999, 0.5, 900, 0.8, 480, 0.05)
+    assert p.reason == "last chance" and p.takeover_s == pytest.approx(p.breach_s - 480)
     assert p.finish_after_takeover_s == pytest.approx(p.breach_s)
-    assert ip.lognormal_mean_after(p.takeover_s, 900, 0.8) < p.limit_s
-    # a mentee faster than you: coaching is the cheaper plan
-    f = ip.takeover_plan(0.10, 0.999, 0.5, 180, 0.8, 480, 0.05)
-    assert f.takeover_s > 0 and f.budget_plan < f.budget_you_only
-    mean, share = ip.simulate_takeover(f, 180, 0.8, trials=100_000, seed=5)
-    assert mean == pytest.approx(f.expected_s, rel=0.02) and share == pytest.approx(f.p_mentee, abs=0.01)
+    assert ip.expected_finish_s(p.takeover_s, 900, 0.8, 480) <= p.limit_s
+    # your own fix cannot beat the breach and coaching to the end fits: never take over
+    n = ip.takeover_plan(0.3, 0.9995, 0.05, 900, 0.8, 1200, 0.2)
+    assert n.reason == "never" and math.isinf(n.takeover_s) and n.p_mentee == 1.0
+    assert n.expected_s == pytest.approx(n.mentee_only_s)
+    mean, share = ip.simulate_takeover(n, 900, 0.8, trials=50_000, seed=1)
+    assert share == 1.0 and mean == pytest.approx(n.mentee_only_s, rel=0.03)
+    # no allowance: take the keyboard at once (E rises from your time at t = 0)
+    z = ip.takeover_plan(1.0, 0.999, 0.5, 900, 0.8, 480, 0.0)
+    assert z.takeover_s == 0.0 and z.p_mentee == 0.0 and z.expected_s == pytest.approx(480)
 
 
 @settings(max_examples=40, deadline=None)
@@ -129,9 +165,13 @@ def test_takeover_plan_last_chance_and_faster_mentee():
 def test_takeover_plan_properties(e, left, med, sig, you, allow):
     p = ip.takeover_plan(e, 0.999, left, med, sig, you, allow)
     assert 0 <= p.p_mentee <= 1 and p.takeover_s >= 0
-    assert p.limit_s <= p.breach_s + 1e-9
+    assert p.limit_s == pytest.approx(p.you_only_s + p.allowance_s)
+    # the plan's expected extra budget never exceeds the allowance
+    assert p.budget_plan - p.budget_you_only <= allow + 1e-9
     if p.you_only_s < p.breach_s:  # taking over at the point still beats the breach
         assert p.finish_after_takeover_s <= p.breach_s * (1 + 1e-9)
+    if p.reason == "allowance":  # and no later point fits: just past it the expectation exceeds the limit
+        assert ip.expected_finish_s(p.takeover_s * (1 + 1e-6) + 1e-6, med, sig, you) > p.limit_s
     # the plan is never slower in expectation than the worse of its two pure strategies
     assert p.expected_s <= max(p.mentee_only_s, p.you_only_s + p.takeover_s) + 1e-6
 
@@ -164,4 +204,5 @@ def test_explorer_views_agree_with_lib():
     assert m.values["canary"] < m.values["budget"]
     t = widgets.render("behavioral.takeover", bad_fraction=1.0, target=0.999, budget_left=0.5, mentee_median_min=15.0,
                        mentee_sigma=0.8, your_min=8.0, allowance=0.05)
-    assert t.values["takeover_s"] == 0.0  # a full outage: keep the keyboard
+    full = ip.takeover_plan(1.0, 0.999, 0.5, 900, 0.8, 480, 0.05)
+    assert t.values["takeover_s"] == full.takeover_s > 0  # a full outage: the allowance is minutes, then take over

@@ -161,3 +161,25 @@ def test_allocation_properties(raw, total, floor):
 
 def test_discordance_excess_is_canary_two_sample():
     assert evals.discordance_excess_items(0.02, 0.04) == canary.requests_needed(0.02, 0.04, 0.05, 0.8, two_sample=True)
+
+
+@pytest.mark.parametrize("psi, d, alpha, power", [(0.13, 0.10, 0.05 / 6, 0.8), (0.53, 0.5, 0.05 / 6, 0.8),
+                                                  (0.27, 0.25, 0.05 / 6, 0.95), (0.105, 0.1, 0.01 / 6, 0.8)])
+def test_items_needed_exact_is_the_first_n_of_a_scan(psi, d, alpha, power):
+    n = evals.items_needed_paired_exact(psi, d, alpha, power)
+    normal = evals.items_needed_paired(psi, d, alpha, power)
+    scan = [evals.mcnemar_exact_power(m, psi, d, alpha) for m in range(1, int(1.5 * normal) + 2)]
+    assert n == 1 + next(i for i, p in enumerate(scan) if p >= power)  # the first n that reaches the power
+    assert all(p >= power for p in scan[n - 1:])  # and the power stays there over the scanned range
+    assert abs(n - normal) <= 0.2 * normal  # the normal approximation is close, not equal
+
+
+def test_items_needed_exact_reaches_the_power_in_simulated_exact_tests():
+    psi, d, alpha = 0.13, 0.10, 0.05 / 6
+    n = evals.items_needed_paired_exact(psi, d, alpha, 0.8)
+    a, b = evals.simulate_paired(n, 0.8, 0.7, psi, runs=20_000, seed=4)
+    hits = evals.mcnemar_rejects((a & ~b).sum(axis=1), (~a & b).sum(axis=1), alpha)
+    assert abs(float(np.mean(hits)) - evals.mcnemar_exact_power(n, psi, d, alpha)) <= 4 * math.sqrt(0.25 / 20_000)
+    assert float(np.mean(hits)) >= 0.8 - 4 * math.sqrt(0.25 / 20_000)
+    with pytest.raises(ValueError, match="difference"):
+        evals.items_needed_paired_exact(0.1, 0.2)

@@ -116,6 +116,48 @@ def test_planted_gap_flips_agree_with_argmax():
         assert abs(direct - R.flip_rate_vs_gap(a, b, [g])[0]) <= 1 / 300
 
 
+def test_stack_two_orders_gives_the_logits_of_layered_logits():
+    s = R.stack_two_orders(5, 1, layers=4, rows=200, d=32, seed=3)
+    a, b = R.logits_two_orders(5, 1, layers=4, rows=200, d=32, seed=3)
+    la, lb = s.logits()
+    assert np.array_equal(a, la) and np.array_equal(b, lb)
+    assert s.head_std == pytest.approx(4.0 / np.sqrt(32))
+
+
+def test_flip_rate_closed_form_matches_counts_over_many_heads():
+    """The closed form's claim is an expectation over the head's random columns given the hidden states:
+    redraw the head many times, count the flips each time, and compare the total with the summed
+    expectations (Poisson-binomial spread; a closed form that dropped the selection term or the
+    orthogonal projection would be off by many standard deviations here)."""
+    base = R.stack_two_orders(5, 3, layers=32, rows=1500, d=64, seed=0)
+    assert np.any(base.hidden_a != base.hidden_b)  # some rows carry a bf16 flip to the end
+    rng = np.random.default_rng(11)
+    got = want = var = 0.0
+    for _ in range(25):
+        head = (rng.standard_normal(base.head.shape) * base.head_std).astype(np.float32)
+        s = R.TwoOrderStack(base.hidden_a, base.hidden_b, head, base.head_std, 5, 3)
+        a, b = s.logits()
+        rate, sd = R.flip_rate_expected(s, [1e-3, 1e-2])
+        got += R.flip_rate_vs_gap(a, b, [1e-3, 1e-2]) * 1500
+        want += rate * 1500
+        var += sd ** 2
+    assert np.all(want > 20)  # enough flips expected for the test to have power
+    assert np.all(np.abs(got - want) <= 4 * np.sqrt(var)), (got, want, np.sqrt(var))
+
+
+def test_flip_rate_closed_form_without_an_upstream_change_is_the_rounding_indicator():
+    s = R.stack_two_orders(5, 1, layers=4, rows=200, d=32, seed=3)
+    same = R.TwoOrderStack(s.hidden_a, s.hidden_a, s.head, s.head_std, 5, 1)
+    a, b = same.logits()
+    gaps = [0.0, 1e-7, 1e-6, 1e-3]
+    rate, sd = R.flip_rate_expected(same, gaps)
+    assert np.array_equal(rate, R.flip_rate_vs_gap(a, b, gaps)) and np.all(sd == 0)
+    with pytest.raises(ValueError, match="gaps"):
+        R.flip_rate_expected(s, [-1e-3])
+    with pytest.raises(ValueError, match="TwoOrderStack"):
+        R.flip_rate_expected((a, b), [1e-3])
+
+
 @given(st.floats(0, 0.5), st.integers(0, 10**6))
 def test_divergence_probability_closed_form(p, n):
     got = R.divergence_probability(p, n)
