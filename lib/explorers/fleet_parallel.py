@@ -56,11 +56,11 @@ def tp_curves(model: str, gpu: str, weight_dtype: str, prompt: int, output: int)
         raise ValueError(f"even one sequence's decode step at {prompt + output:,} tokens is {fmt_time(lo)}: "
                          "over the 200 ms this explorer spans")
     targets = np.geomspace(lo, hi, _POINTS)
-    gpu_s = {n: np.full(_POINTS, np.nan) for n in floors}
-    for i, t in enumerate(targets):
-        for n, o in pt.tp_options(dep, prompt, output, float(t), list(floors)).items():
-            if o.serves:
-                gpu_s[n][i] = o.gpu_s
+    by_target = pt.gpu_s_by_target(dep, prompt, output, [float(t) for t in targets], list(floors))
+    gpu_s = {}
+    for n, v in by_target.items():
+        y = np.array(v)
+        gpu_s[n] = np.where(np.isfinite(y), y, np.nan)  # nan where the degree cannot serve: its line stops
     return SimpleNamespace(dep=dep, floors=floors, targets=targets, gpu_s=gpu_s)
 
 
@@ -148,8 +148,8 @@ def disagg_curves(model: str, gpu: str, tp: int, output: int, tpot_ms: float, tt
         c = dg.colocated_capacity(dep, int(p), output, tpot_ms / 1e3, ttft_ms / 1e3)
         if c.feasible:
             colo[i] = c.gpu_s
-        x = dg.disaggregated_capacity(dep, dep, int(p), output, tpot_ms / 1e3)
-        if x.batch >= 1 and x.ttft_s <= ttft_ms / 1e3:
+        x = dg.disaggregated_within(dep, dep, int(p), output, tpot_ms / 1e3, ttft_ms / 1e3)
+        if x is not None:
             dis[i] = x.gpu_s
     return SimpleNamespace(dep=dep, prompts=prompts, colo=colo, dis=dis)
 

@@ -2,7 +2,7 @@
 fleet with one suspect injected, and the five separating metrics.
 
 Calls :mod:`lib.sre.tail_suspects` (seeded evidence from the book's serving simulator, cached per
-setup) and :mod:`lib.sre.tails`.
+setup; the first draw computes every suspect's, as the page already has) and :mod:`lib.sre.tails`.
 """
 
 from __future__ import annotations
@@ -55,13 +55,16 @@ _FIGURE = figures.LiveFigure(6.0, 3.2, _build, _draw)
 def tail_suspects(suspect: str, q: float, *, setup=None) -> View:
     """N029: a healthy fleet's worst waits against the same fleet with one suspect injected, and the
     metric that separates each suspect. ``setup``: a :class:`lib.sre.tail_suspects.TailSetup` (None:
-    the page's defaults); not a widget."""
+    the page's defaults); not a widget. The first draw computes the evidence of every suspect, as the
+    page already has (:func:`lib.sre.tail_suspects.all_evidence`, cached per setup), so later views only
+    read it."""
     from lib.sre import tail_suspects as ts
 
     s = ts.TailSetup() if setup is None else setup
     if suspect not in ts.SUSPECTS:
         raise ValueError(f"suspect must be one of {', '.join(ts.SUSPECTS)}, got {suspect!r}")
-    healthy, sick = ts.evidence(s, None), ts.evidence(s, suspect)
+    every = ts.all_evidence(s)
+    healthy, sick = every[None], every[suspect]
     m = ts.tail_metrics(sick, q)
     named = ts.diagnose(m)
     hq, sq = float(np.quantile(healthy.worst_wait_s, q)), float(np.quantile(sick.worst_wait_s, q))

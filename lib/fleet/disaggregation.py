@@ -38,6 +38,8 @@ from the prefill replica to the decode replica.
   ``B / (O t(B))`` with ``B`` the batch the TPOT target and its KV pool allow
   (:func:`lib.scheduling.replica.batch_limits`); the time to first token is the prefill plus
   the exposed part of the KV hand-off (:meth:`KVTransfer.exposed_s`).
+  :func:`disaggregated_within`: the same when it meets both targets, else None (the TTFT is
+  checked before the decode side's batch search).
 
 SI units: bytes, seconds, bytes/s.
 """
@@ -50,7 +52,7 @@ from dataclasses import dataclass
 from lib.inputs import integer, real
 
 __all__ = ["GRANULARITIES", "Colocated", "Disaggregated", "KVTransfer", "PoolSizes", "colocated_capacity",
-           "disaggregated_capacity", "link_budget", "LinkBudget", "longest_colocated_prompt", "longest_disaggregated_prompt", "pool_sizes",
+           "disaggregated_capacity", "disaggregated_within", "link_budget", "LinkBudget", "longest_colocated_prompt", "longest_disaggregated_prompt", "pool_sizes",
            "kv_bytes", "kv_transfer", "kv_transfer_s"]
 
 GRANULARITIES = ("bulk", "layer", "block")
@@ -279,6 +281,8 @@ def colocated_capacity(dep, prompt_len: int, output_len: int, tpot_s: float, ttf
         lo, hi = hi, 2 * hi
     for _ in range(60):
         mid = (lo + hi) / 2
+        if mid in (lo, hi):  # the bracket is two adjacent floats: further halvings change nothing
+            break
         lo, hi = (mid, hi) if state(mid)[2] <= t else (lo, mid)
     step = fixed_point(lo) if lo > 0 else first
     d, c = at(lo, step)
@@ -313,7 +317,7 @@ class Disaggregated:
 
     @property
     def ttft_s(self) -> float:
-        return self.prefill_s + self.transfer.exposed_s(self.prefill_s)
+        return _ttft_s(self.prefill_s, self.transfer)
 
     @property
     def gpu_s(self) -> float:
@@ -341,9 +345,15 @@ class Disaggregated:
         return self.kv_stream_bytes_per_s / (self.transfer.lanes * self.transfer.link_bytes_per_s)
 
 
-def disaggregated_capacity(prefill_dep, decode_dep, prompt_len: int, output_len: int, tpot_s: float, *,
-                           granularity: str = "layer", across_nodes: bool = True) -> Disaggregated:
-    """The two pools' capacities for one request shape (module doc)."""
+def _ttft_s(prefill_s: float, transfer: KVTransfer) -> float:
+    """Time to first token on two pools: the prefill plus the exposed part of its KV hand-off (seconds)."""
+    return prefill_s + transfer.exposed_s(prefill_s)
+
+
+def _disaggregated(prefill_dep, decode_dep, prompt_len: int, output_len: int, tpot_s: float, ttft_s: float | None,
+                   granularity: str, across_nodes: bool) -> Disaggregated | None:
+    """:func:`disaggregated_capacity`; with a ``ttft_s`` budget, None as soon as the prefill side misses it
+    (before the decode side's batch search, the costly part)."""
     from lib.perf.deployment import require
     from lib.perf.prefill import prefill_time
     from lib.perf.throughput import step_s
@@ -354,11 +364,30 @@ def disaggregated_capacity(prefill_dep, decode_dep, prompt_len: int, output_len:
     o = integer("output_len", output_len, 1, unit="tokens")
     dd.mdl.check_context(p + o, "prompt_len + output_len")
     t = real("tpot_s", tpot_s, 0, low_open=True, unit="seconds")
+    tr = kv_transfer(pd, p, dd, granularity=granularity, across_nodes=across_nodes)
+    pre = prefill_time(pd, p).time_s
+    if ttft_s is not None and _ttft_s(pre, tr) > ttft_s:
+        return None
     limits = batch_limits(dd, p + o, t)
     b = limits.limit
     step = step_s(dd, b, p + o // 2) if b >= 1 else math.inf
-    tr = kv_transfer(pd, p, dd, granularity=granularity, across_nodes=across_nodes)
-    return Disaggregated(pd, dd, p, o, prefill_time(pd, p).time_s, b, limits.binding, step, tr, t)
+    return Disaggregated(pd, dd, p, o, pre, b, limits.binding, step, tr, t)
+
+
+def disaggregated_capacity(prefill_dep, decode_dep, prompt_len: int, output_len: int, tpot_s: float, *,
+                           granularity: str = "layer", across_nodes: bool = True) -> Disaggregated:
+    """The two pools' capacities for one request shape (module doc)."""
+    return _disaggregated(prefill_dep, decode_dep, prompt_len, output_len, tpot_s, None, granularity, across_nodes)
+
+
+def disaggregated_within(prefill_dep, decode_dep, prompt_len: int, output_len: int, tpot_s: float, ttft_s: float, *,
+                         granularity: str = "layer", across_nodes: bool = True) -> Disaggregated | None:
+    """:func:`disaggregated_capacity` when the two pools meet both targets (a decode batch of at least
+    one within ``tpot_s``, and ``ttft_s`` >= prefill + exposed hand-off), else None. The time to first
+    token is checked first, so a prompt over the budget skips the decode side's batch search."""
+    tau = real("ttft_s", ttft_s, 0, low_open=True, unit="seconds")
+    d = _disaggregated(prefill_dep, decode_dep, prompt_len, output_len, tpot_s, tau, granularity, across_nodes)
+    return d if d is not None and d.batch >= 1 else None
 
 
 @dataclass(frozen=True)
@@ -432,8 +461,7 @@ def longest_disaggregated_prompt(prefill_dep, decode_dep, output_len: int, tpot_
         raise ValueError(f"output_len = {o:,} leaves no room for a prompt in {decode_dep.model}'s window")
 
     def ok(p: int) -> bool:
-        d = disaggregated_capacity(prefill_dep, decode_dep, p, o, tpot_s, granularity=granularity)
-        return d.batch >= 1 and d.ttft_s <= ttft_s
+        return disaggregated_within(prefill_dep, decode_dep, p, o, tpot_s, ttft_s, granularity=granularity) is not None
 
     return _longest(ok, top)
 

@@ -12,7 +12,7 @@ do not fit, one sequence's step misses the target, the KV pool holds no sequence
 is an option with ``cost=None`` and the reason.
 
 * :func:`tp_options`: every degree's cost; :func:`cheapest`: the fewest GPU-seconds (ties go to
-  the smaller degree);
+  the smaller degree); :func:`gpu_s_by_target`: each degree's GPU-seconds over a range of targets;
 * :func:`tightest_tpot_s`: the tightest TPOT target degree ``n`` can meet at all: its one-sequence
   step at the longest context;
 * :func:`loosest_tpot_where_cheapest`: the loosest TPOT target at which degree ``n`` is the
@@ -24,12 +24,13 @@ SI units: seconds, tokens.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from lib.inputs import integer, real
 
-__all__ = ["TPOption", "cheapest", "loosest_tpot_where_cheapest", "shortest_prompt_where_cheapest",
+__all__ = ["TPOption", "cheapest", "gpu_s_by_target", "loosest_tpot_where_cheapest", "shortest_prompt_where_cheapest",
            "tightest_tpot_s", "tp_options"]
 
 
@@ -66,6 +67,13 @@ def _degrees(dep, degrees) -> list[int]:
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _at_tp(dep, tp: int):
+    """``dep.replace(tp=tp)``, remembered: a curve asks for the same degrees of the same deployment at
+    every target, and each new Deployment would rebuild its memory budget. Deployments are frozen."""
+    return dep.replace(tp=tp)
+
+
 def tp_options(dep, prompt_len: int, output_len: int, tpot_target_s: float, degrees=None) -> dict[int, TPOption]:
     """{tp: TPOption} for each degree (default: the degrees up to a node that shard the heads)."""
     from lib.fleet.capacity import request_cost
@@ -76,12 +84,39 @@ def tp_options(dep, prompt_len: int, output_len: int, tpot_target_s: float, degr
     out = {}
     for n in _degrees(dep, degrees):
         try:
-            out[n] = TPOption(n, request_cost(dep.replace(tp=n), prompt_len, output_len, tpot_target_s))
+            out[n] = TPOption(n, request_cost(_at_tp(dep, n), prompt_len, output_len, tpot_target_s))
         except ValueError as exc:
             msg = str(exc)
             if msg.startswith(("prompt_len", "output_len", "tpot_target_s")):
                 raise
             out[n] = TPOption(n, None, msg)
+    return out
+
+
+def gpu_s_by_target(dep, prompt_len: int, output_len: int, targets_s, degrees=None) -> dict[int, list[float]]:
+    """{tp: GPU-seconds per request at each TPOT target of ``targets_s`` (seconds, ascending)}, each
+    :attr:`TPOption.gpu_s` of :func:`tp_options` at that target (inf where the degree cannot serve).
+
+    A degree whose batch is set by its KV pool or ``max_num_seqs`` at some target keeps that batch,
+    hence that cost, at every looser target: the batch the TPOT target allows only grows with the
+    target (the decode step grows with the batch), so the degree is not priced again."""
+    ts = [real("targets_s", t, 0, low_open=True, unit="seconds") for t in targets_s]
+    if any(b < a for a, b in zip(ts, ts[1:], strict=False)):
+        raise ValueError("targets_s must be in ascending order")
+    out = {n: [] for n in _degrees(dep, degrees)}
+    settled = {}  # degree -> gpu_s once the KV pool or max_num_seqs binds
+    for t in ts:
+        todo = [n for n in out if n not in settled]
+        opts = tp_options(dep, prompt_len, output_len, t, todo) if todo else {}
+        for n in out:
+            if n in settled:
+                out[n].append(settled[n])
+                continue
+            o = opts[n]
+            out[n].append(o.gpu_s)
+            lim = o.cost.limits if o.serves else None
+            if lim is not None and o.cost.batch == int(min(lim.by_kv, lim.by_engine)):
+                settled[n] = o.gpu_s
     return out
 
 
@@ -98,7 +133,7 @@ def tightest_tpot_s(dep, tp: int, prompt_len: int, output_len: int) -> float:
 
     p = integer("prompt_len", prompt_len, 1, unit="tokens")
     o = integer("output_len", output_len, 1, unit="tokens")
-    return step_s(dep.replace(tp=integer("tp", tp, 1)), 1, p + o)
+    return step_s(_at_tp(dep, integer("tp", tp, 1)), 1, p + o)
 
 
 def _wins(dep, p, o, t, tp, degrees) -> bool:

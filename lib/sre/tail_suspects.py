@@ -35,8 +35,8 @@ import numpy as np
 
 from lib.inputs import integer, real
 
-__all__ = ["METRIC_NAMES", "SUSPECTS", "THRESHOLDS", "Evidence", "TailSetup", "capacity_rps", "capacity_run", "diagnose",
-           "evidence", "life_steps", "tail_metrics"]
+__all__ = ["METRIC_NAMES", "SUSPECTS", "THRESHOLDS", "Evidence", "TailSetup", "all_evidence", "capacity_rps",
+           "capacity_run", "diagnose", "evidence", "life_steps", "tail_metrics"]
 
 SUSPECTS = ("queueing", "long_prefill", "preemption", "host_stall", "bad_replica")
 METRIC_NAMES = {
@@ -182,6 +182,12 @@ def evidence(s: TailSetup, suspect: str | None) -> Evidence:
     if suspect is not None and suspect not in SUSPECTS:
         raise ValueError(f"suspect must be None or one of {', '.join(SUSPECTS)}, got {suspect!r}")
     return _evidence(s, suspect)
+
+
+def all_evidence(s: TailSetup) -> dict[str | None, Evidence]:
+    """{None: the healthy fleet's evidence, suspect: the evidence with it injected} for every suspect of
+    :data:`SUSPECTS`: :func:`evidence` of each (cached per setup, so a second call computes nothing)."""
+    return {k: _evidence(s, k) for k in (None, *SUSPECTS)}
 
 
 @functools.lru_cache(maxsize=64)

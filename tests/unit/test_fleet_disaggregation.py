@@ -184,3 +184,20 @@ def test_link_budget_by_hand(dep70):
     assert lb.fan_in == pytest.approx(lb.receiver_rate * x.prefill_s)
     with pytest.raises(ValueError, match="Disaggregated"):
         d.link_budget("nope")
+
+
+@pytest.mark.parametrize("granularity", ["layer", "bulk"])
+def test_disaggregated_within_is_capacity_meeting_both_targets(dep70, granularity):
+    """disaggregated_within checks the TTFT before the decode side's batch search; it must return
+    disaggregated_capacity exactly when that meets both targets, and None otherwise."""
+    seen = set()
+    for p in (512, 4096, 30000, 120000):
+        for tpot, ttft in ((0.01, 0.3), (0.03, 1.0), (0.1, 5.0), (0.008, 10.0)):
+            full = d.disaggregated_capacity(dep70, dep70, p, 256, tpot, granularity=granularity)
+            got = d.disaggregated_within(dep70, dep70, p, 256, tpot, ttft, granularity=granularity)
+            ok = full.batch >= 1 and full.ttft_s <= ttft
+            seen.add(ok)
+            assert (got == full) if ok else got is None, (p, tpot, ttft)
+    assert seen == {True, False}
+    with pytest.raises(ValueError, match="ttft_s"):
+        d.disaggregated_within(dep70, dep70, 512, 256, 0.03, 0.0)

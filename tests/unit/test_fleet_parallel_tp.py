@@ -78,3 +78,24 @@ def test_cheapest_meets_the_target(dep70, t):
     if best is not None:
         assert best.cost.decode_step_s <= t * (1 + 1e-9) or best.cost.limits.binding != "the TPOT target"
         assert best.cost.batch >= 1
+
+
+@pytest.mark.parametrize("model,prompt,output", [("llama-3.1-70b", 2048, 512), ("llama-3.1-8b", 300, 40),
+                                                 ("llama-3.1-70b", 60000, 2000)])
+def test_gpu_s_by_target_is_tp_options_at_each_target(model, prompt, output):
+    """The curve skips pricing a degree once its KV pool or max_num_seqs sets the batch: every point must
+    still equal tp_options at that target, bit for bit (targets from below the tightest to 200 ms)."""
+    dep = deployment(model, "h100-sxm", tp=8)
+    lo = min(pt.tightest_tpot_s(dep, n, prompt, output) for n in (2, 4, 8))
+    targets = [lo * 0.8 * (0.25 / lo) ** (i / 15) for i in range(16)]
+    got = pt.gpu_s_by_target(dep, prompt, output, targets)
+    settled = 0
+    for i, t in enumerate(targets):
+        opts = pt.tp_options(dep, prompt, output, t)
+        assert list(got) == list(opts)
+        for n, o in opts.items():
+            assert got[n][i] == o.gpu_s, (n, t)
+            settled += o.serves and o.cost.limits.binding != "the TPOT target"
+    assert settled > 0  # the shortcut is exercised
+    with pytest.raises(ValueError, match="ascending"):
+        pt.gpu_s_by_target(dep, prompt, output, [0.05, 0.02])

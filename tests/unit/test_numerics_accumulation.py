@@ -138,3 +138,72 @@ def test_one_lane_fast_path_equals_the_array_path(state, scale):
     one = acc.running_sum(w, state)
     two = acc.running_sum(np.stack([w, w], axis=1), state)[:, 0]
     assert (one.view(np.uint32) == two.view(np.uint32)).all()
+
+
+def _plain_running_sum(x: np.ndarray, state: str) -> np.ndarray:
+    """The definition, one element at a time: float32 adds, each result rounded by bf16_round."""
+    from lib.numerics.formats import bf16_round
+
+    def r(v):
+        return bf16_round(np.float32(v))[0]
+
+    out = np.empty_like(x)
+    for lane in range(x.shape[1]):
+        s = c = np.float32(0)
+        for i in range(x.shape[0]):
+            if state == "bf16":
+                s = r(s + x[i, lane])
+            else:
+                y = r(x[i, lane] - c)
+                t = r(s + y)
+                c = r(r(t - s) - y)
+                s = t
+            out[i, lane] = s
+    return out
+
+
+def _increments(rng, kind: str, n: int, lanes: int) -> np.ndarray:
+    sign = rng.choice([-1.0, 1.0], (n, lanes))
+    if kind == "lognormal":
+        return (rng.lognormal(-3, 2, (n, lanes)) * sign).astype(np.float32)
+    if kind == "ties":  # multiples of 1/8 around a drifting total: many exact bf16 ties
+        return (rng.integers(1, 64, (n, lanes)) / 8 * sign).astype(np.float32)
+    if kind == "zeros":
+        x = rng.standard_normal((n, lanes)).astype(np.float32)
+        x[rng.random((n, lanes)) < 0.3] = 0
+        return x
+    if kind == "tiny":  # subnormal increments: the split cannot vouch, the plain loop runs
+        return (rng.random((n, lanes)) * 2.0**-130 * sign).astype(np.float32)
+    if kind == "huge":  # totals past 2^112 and float32's range: overflow, inf, then NaN
+        return (rng.random((n, lanes)) * 3e37).astype(np.float32)
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("state", ["bf16", "kahan_bf16"])
+@pytest.mark.parametrize("kind", ["lognormal", "ties", "zeros", "tiny", "huge"])
+def test_lane_running_sum_equals_the_plain_definition(state, kind):
+    """The vectorised lanes (Veltkamp's split, in place) give the bits of the element-by-element definition;
+    where the split cannot vouch (subnormal or overflowing values) the fallback must give them too."""
+    rng = np.random.default_rng(sum(map(ord, state + kind)))
+    x = _increments(rng, kind, 300, 4)
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = acc.running_sum(x, state)
+        want = _plain_running_sum(x, state)
+        fast = acc._split_running_sum(x, state)
+    assert (got.view(np.uint32) == want.view(np.uint32)).all()
+    assert (fast is None) == (kind in ("tiny", "huge"))  # each case exercises the path it claims to
+
+
+def test_split_rounding_equals_bf16_round_on_random_bit_patterns():
+    """One step of the bf16 sum from zero is bf16(x): the split, on a million random normal floats below 2^100
+    in magnitude (every exponent, ties included), equals bf16_round bit for bit."""
+    from lib.numerics.formats import bf16_round
+
+    rng = np.random.default_rng(11)
+    bits = rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32)
+    bits[: 1 << 16] = (bits[: 1 << 16] & 0xFFFF0000) | 0x8000  # exact ties: round to the even neighbour
+    x = bits.view(np.float32)
+    x = x[np.isfinite(x) & (np.abs(x) >= 2.0**-100) & (np.abs(x) < 2.0**100)]
+    row = x[None, :]
+    assert acc._split_running_sum(row, "bf16") is not None
+    assert (acc.running_sum(row, "bf16")[0].view(np.uint32) == bf16_round(x).view(np.uint32)).all()

@@ -91,6 +91,15 @@ def test_each_suspect_is_named_alone(seed):
         assert ts.diagnose(ts.tail_metrics(ts.evidence(s, k))) == k, (seed, k)
 
 
+def test_all_evidence_is_every_suspects_cached_evidence():
+    s = ts.TailSetup()
+    every = ts.all_evidence(s)
+    assert list(every) == [None, *ts.SUSPECTS]
+    misses = ts._evidence.cache_info().misses
+    assert all(every[k] is ts.evidence(s, k) for k in every)  # the same objects: nothing computed twice
+    assert ts.all_evidence(s) == every and ts._evidence.cache_info().misses == misses
+
+
 def test_capacity_and_littles_law():
     from lib.scheduling.queueing import littles_law
 
