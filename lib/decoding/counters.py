@@ -234,6 +234,8 @@ def acceptance_from_length(mean_length: float, draft_tokens: int) -> float:
 
     k = integer("draft_tokens", draft_tokens, 1, 64, unit="tokens")
     tau = real("mean_length", mean_length, 1.0, k + 1.0, unit=f"tokens per step (1 to k + 1 = {k + 1})")
+    if tau in (1.0, k + 1.0):  # the ends exactly: bisection would stop a rounding error short of them
+        return 0.0 if tau == 1.0 else 1.0
     lo, hi = 0.0, 1.0
     for _ in range(80):
         mid = 0.5 * (lo + hi)

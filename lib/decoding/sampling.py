@@ -295,7 +295,9 @@ def chi_square_draws_to_detect(probs, biased, alpha: float = 1e-4) -> float:
     ``probs`` at level ``alpha``: E[X^2] = dof + n d^2 with d^2 = sum (q - p)^2 / p (the noncentral
     chi-square mean), set equal to the critical value: n = (c - dof) / d^2. At that n about half the
     runs detect the bias; a few times more draws make detection near certain. One bin per token of
-    positive probability (``biased`` must put no mass outside ``probs``' support)."""
+    positive probability (``biased`` must put no mass outside ``probs``' support). A bias that leaves
+    the distribution unchanged (d^2 = 0: e.g. a temperature error on tied logits) returns inf: no
+    number of draws tells the two samplers apart."""
     p = np.asarray(probs, dtype=np.float64)
     q = np.asarray(biased, dtype=np.float64)
     if p.shape != q.shape or p.ndim != 1:
@@ -305,7 +307,7 @@ def chi_square_draws_to_detect(probs, biased, alpha: float = 1e-4) -> float:
         raise ValueError("biased puts mass on tokens probs never draws: one such draw is already proof (exact test)")
     d2 = float((((q - p)[live]) ** 2 / p[live]).sum())
     if d2 == 0:
-        raise ValueError("biased equals probs: there is no bias to detect")
+        return math.inf
     dof = int(live.sum()) - 1
     if dof < 1:
         raise ValueError("probs needs at least two tokens of positive probability")

@@ -405,13 +405,22 @@ class Gemv:
     def memory_s(self) -> float:
         """Streaming W, wave by wave: each wave takes max(its bytes / plateau, rounds x L), the
         bandwidth or the latency its loads in flight allow (Little's law: bytes / (in flight / L)
-        is rounds x L)."""
+        is rounds x L). When ``unroll`` does not divide the loads per thread the last round is short
+        but still waits a whole latency, so the rounds are priced one by one:
+        sum over rounds of max(round bytes / plateau, L) (the same as above for equal rounds)."""
         block_bytes = self.rows_per_block * self.k * bytes_per_element(self.dtype)
         full, last = divmod(self.grid_blocks, self.slots)
         last_bytes = max(0.0, self.weight_bytes - full * self.slots * block_bytes)
-        wait = self.rounds * self.latency_s
-        t = full * max(self.slots * block_bytes / self.plateau, wait)
-        return t + (max(last_bytes / self.plateau, wait) if last else 0.0)
+        short = self.loads_per_thread - (self.rounds - 1) * self.loads_in_flight  # loads in the last round
+
+        def wave_s(wave_bytes: float) -> float:
+            if short == self.loads_in_flight:  # equal rounds
+                return max(wave_bytes / self.plateau, self.rounds * self.latency_s)
+            per_load = wave_bytes / self.loads_per_thread
+            return ((self.rounds - 1) * max(self.loads_in_flight * per_load / self.plateau, self.latency_s)
+                    + max(short * per_load / self.plateau, self.latency_s))
+
+        return full * wave_s(self.slots * block_bytes) + (wave_s(last_bytes) if last else 0.0)
 
     @property
     def streaming_bandwidth(self) -> float:

@@ -112,6 +112,14 @@ def test_acceptance_from_length_inverts_eq_1(a, k):
     assert acceptance_from_length(speculative_tokens_per_step(a, k), k) == pytest.approx(a, abs=1e-6)
 
 
+@pytest.mark.parametrize("k", [1, 4, 7, 12])
+def test_acceptance_from_length_ends_are_exact(k):
+    # length 1: no draft is ever kept; length k + 1: every draft is; the forward formula must give them back exactly
+    assert acceptance_from_length(1.0, k) == 0.0
+    assert acceptance_from_length(k + 1.0, k) == 1.0
+    assert speculative_tokens_per_step(acceptance_from_length(k + 1.0, k), k) == k + 1
+
+
 def test_the_grader_passes_the_reference_and_catches_every_draft():
     assert c.check(c.summarize).passed
     for name in c.VARIANTS:

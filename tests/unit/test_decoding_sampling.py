@@ -170,3 +170,13 @@ def test_draws_to_detect_gives_about_even_power_by_simulation():
     hits = [s.chi_square_gof(rng.choice(6, n, p=q), p).p_value < 1e-4 for _ in range(300)]
     assert 0.3 < np.mean(hits) < 0.7
     assert s.chi2_sf(s.chi2_isf(1e-4, 5), 5) == pytest.approx(1e-4, rel=1e-6)
+
+
+def test_a_bias_that_changes_nothing_needs_infinitely_many_draws():
+    # tied logits: temperature moves no mass, so no test can catch a wrong temperature
+    z = np.array([4.0, 4.0, -1e4])
+    p, q = s.sampling_probs(z, 0.5), s.sampling_probs(z, 0.6)
+    assert np.array_equal(p, q)
+    assert s.chi_square_draws_to_detect(p, q, 1e-4) == math.inf
+    with pytest.raises(ValueError, match="never draws"):
+        s.chi_square_draws_to_detect([1.0, 0.0], [0.5, 0.5])
