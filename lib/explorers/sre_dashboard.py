@@ -32,28 +32,35 @@ def _run(spike_rate: float, model: str, gpu: str, max_running: int, prompt_media
 @functools.lru_cache(maxsize=32)
 def window_series(res, broken: str, window_s: float = WINDOW_S) -> SimpleNamespace:
     """Per window: in-flight requests (the engine's waiting + running, time-averaged), arrival rate x the
-    mean latency of the requests that arrived in it, tokens/s counted, and running / mean TPOT."""
+    mean latency of the requests that arrived in it, tokens/s counted, and running / mean TPOT.
+
+    Steps (start times) and requests (arrivals) are in time order, so each window's steps and requests
+    are index ranges (``np.searchsorted``), and so are the tokens once sorted by time; a window with no
+    step or no arrival is left out."""
     tl = res.timeline
     end = float(tl.start_s[-1] + tl.duration_s[-1])
     edges = np.arange(0.0, end + window_s, window_s)
-    arr = np.array([r.arrival_s for r in res.requests])
-    soj = np.array([r.sojourn_s for r in res.requests])
+    order = np.argsort([r.arrival_s for r in res.requests], kind="stable")  # (rid order already is, for the page)
+    recs = [res.requests[i] for i in order]
+    arr = np.array([r.arrival_s for r in recs])
+    soj = np.array([r.sojourn_s for r in recs])
     if broken == "latency without the queue":
-        soj = soj - np.array([r.queue_s for r in res.requests])
-    tpot = np.array([r.tpot_s if r.output_len > 1 else np.nan for r in res.requests])
+        soj = soj - np.array([r.queue_s for r in recs])
+    tpot = np.array([r.tpot_s if r.output_len > 1 else np.nan for r in recs])
     times, _ = res._tokens()
     factor = 2.0 if broken == "tokens counted twice" else 1.0
+    step_at = np.searchsorted(tl.start_s, edges, "left")  # steps of window j: step_at[j]:step_at[j + 1]
+    req_at = np.searchsorted(arr, edges, "left")
+    tokens = np.diff(np.searchsorted(np.sort(times), edges, "left"))  # tokens with edges[j] <= t < edges[j + 1]
+    inflight = tl.waiting + tl.running
     out = SimpleNamespace(t=[], L=[], lw=[], tok=[], impl=[])
-    for a, b in zip(edges[:-1], edges[1:], strict=True):
-        st = (tl.start_s >= a) & (tl.start_s < b)
-        inr = (arr >= a) & (arr < b)
-        if not st.any() or not inr.any():
-            continue
+    for j in np.flatnonzero((step_at[1:] > step_at[:-1]) & (req_at[1:] > req_at[:-1])):
+        st, inr = slice(step_at[j], step_at[j + 1]), slice(req_at[j], req_at[j + 1])
         d = tl.duration_s[st]
-        out.t.append((a + b) / 2)
-        out.L.append(float(((tl.waiting[st] + tl.running[st]) * d).sum() / d.sum()))
-        out.lw.append(inr.sum() / window_s * float(soj[inr].mean()))
-        out.tok.append(factor * ((times >= a) & (times < b)).sum() / window_s)
+        out.t.append((edges[j] + edges[j + 1]) / 2)
+        out.L.append(float((inflight[st] * d).sum() / d.sum()))
+        out.lw.append((req_at[j + 1] - req_at[j]) / window_s * float(soj[inr].mean()))
+        out.tok.append(factor * tokens[j] / window_s)
         running = float((tl.running[st] * d).sum() / d.sum())
         out.impl.append(running / float(np.nanmean(tpot[inr])))
     return SimpleNamespace(**{k: np.asarray(v) for k, v in vars(out).items()})

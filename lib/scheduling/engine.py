@@ -24,22 +24,26 @@ batching admits only into an empty engine (when ``max_running`` wait or the olde
 finished members as padding (in the step's batch for pricing, and in their blocks) until its
 longest member ends.
 
-KV blocks are reserved and freed by the real paged allocator
-(:class:`lib.kvcache.allocator.BlockAllocator`) through :class:`KVPool`. Decodes are tracked
-lazily (a running decode's generated count is a function of a global decode-step counter;
-finishes and block boundaries are heap events), so a step costs O(events), not O(batch): 10,000
-requests simulate in about a second. The engine draws no random numbers: the same requests and
-policy give the same result.
+KV blocks are counted by :class:`KVPool` (free blocks and blocks per sequence, all-or-nothing
+grows: the engine never needs block ids; the paged allocator that hands them out is
+:class:`lib.kvcache.allocator.BlockAllocator`). Decodes are tracked lazily (a running decode's
+generated count is a function of a global decode-step counter; finishes and block boundaries are
+heap events), so a step costs O(events), not O(batch). Between events the batch does not change:
+a run of steps that can only decode is priced and recorded step by step without rebuilding the
+batch (:meth:`_Engine._decode_run`, tested equal to building every step), and the timeline keeps
+such a run as one segment. 10,000 requests simulate in well under a second. The engine draws no
+random numbers: the same requests and policy give the same result.
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from collections.abc import Sequence
 
 from lib.inputs import integer, real
-from lib.kvcache.allocator import BlockAllocator
+from lib.kvcache.allocator import OutOfBlocks
 from lib.scheduling.metrics import RequestRecord, SimResult, Timeline
 from lib.scheduling.policies import Policy
 from lib.scheduling.workloads import Request, Workload
@@ -47,52 +51,70 @@ from lib.scheduling.workloads import Request, Workload
 __all__ = ["KVPool", "simulate"]
 
 WAITING, PREFILL, DECODE, SWAPPED, DONE, DROPPED = range(6)
-_TIMELINE = ("start_s", "duration_s", "decode_tokens", "prefill_tokens", "padding", "running",
-             "waiting", "swapped", "free_blocks", "preemptions", "swap_s", "context_tokens")
+# the timeline columns a step shares with the steps of its segment (a decode run: all but the context,
+# which grows by decode_tokens a step); start, duration and free blocks are recorded per step
+_SEGMENT = ("decode_tokens", "prefill_tokens", "padding", "running", "waiting", "swapped", "preemptions",
+            "swap_s", "context_tokens")
+_SEG_ROW = [("steps", "i8"), *((k, "f8" if k == "swap_s" else "i8") for k in _SEGMENT), ("context_step", "i8")]
 
 
 class KVPool:
-    """The replica's paged KV pool: ``num_blocks`` blocks of ``block_size`` tokens.
+    """The replica's paged KV pool, kept as counts: ``num_blocks`` blocks of ``block_size`` tokens.
 
-    The bookkeeping is :class:`lib.kvcache.allocator.BlockAllocator`'s own (free list,
-    refcounts, block tables, all-or-nothing allocation). The simulator never needs per-token
-    slots, so each allocator slot stands for one KV block: the allocator is built with
-    ``block_size=1`` and a sequence's allocator "tokens" are its blocks (payload: the block's
-    index in the sequence). Counters ``allocated`` and ``freed`` feed the conservation checks.
+    The simulator never reads a block's id or its contents; it asks how many blocks are free and
+    how many each sequence holds. So the pool keeps exactly that: ``free`` (blocks on the free
+    list) and the blocks each live sequence holds, and grows or frees a sequence in O(1) instead
+    of handing out block ids one by one. Which blocks a sequence holds, refcounts and
+    copy-on-write are the paged allocator's (:class:`lib.kvcache.allocator.BlockAllocator`,
+    built and tested in the KV-cache section); this pool follows its rules: every grow is all or
+    nothing (:class:`~lib.kvcache.allocator.OutOfBlocks`, nothing changed) and releasing a
+    sequence that holds nothing is an error, so no block is freed twice. Counters ``allocated``
+    and ``freed`` feed the conservation checks (``allocated - freed = num_blocks - free``, and
+    ``sequences`` is 0 once every request has left).
     """
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = integer("kv_blocks", num_blocks, 1, unit="blocks")
         self.block_size = integer("block_size", block_size, 1, unit="tokens")
-        self.alloc = BlockAllocator(self.num_blocks, 1)
+        self.free = self.num_blocks  # blocks on the free list
+        self._held: dict = {}  # sequence id -> blocks it holds (>= 1)
         self.allocated = 0
         self.freed = 0
 
     @property
-    def free(self) -> int:
-        """Free blocks."""
-        return self.alloc.num_free_blocks
+    def sequences(self) -> int:
+        """Live sequences (holding at least one block)."""
+        return len(self._held)
+
+    def held(self, rid) -> int:
+        """Blocks sequence ``rid`` holds (0 if none)."""
+        return self._held.get(rid, 0)
 
     def blocks_for(self, tokens: int) -> int:
         """ceil(tokens / block_size): blocks that hold ``tokens`` KV entries."""
         return -(-tokens // self.block_size)
 
-    def grow(self, rid: int, held: int, n: int) -> None:
-        """Give sequence ``rid`` (holding ``held`` blocks) ``n`` more, all or nothing."""
-        alloc = self.alloc
-        if held == 0:
-            alloc.allocate(rid, range(n))  # all or nothing (OutOfBlocks)
-        elif n == 1:
-            alloc.append_token(rid, held)  # all or nothing (OutOfBlocks)
-        else:
-            if n > alloc.num_free_blocks:
-                raise ValueError(f"grow: {n} blocks asked, {self.free} free (the caller must make room)")
-            alloc.append_tokens(rid, range(held, held + n))
+    def grow(self, rid, held: int, n: int) -> None:
+        """Give sequence ``rid`` (holding ``held`` blocks, 0 for a new one) ``n`` >= 1 more, all or
+        nothing: :class:`OutOfBlocks` when fewer than ``n`` are free; ``ValueError`` when ``held``
+        is not what the pool says ``rid`` holds (the caller's books and the pool's disagree)."""
+        have = self._held.get(rid, 0)
+        if have != held:
+            raise ValueError(f"grow: sequence {rid!r} holds {have} blocks, the caller says {held}")
+        if n < 1:
+            raise ValueError(f"grow: n must be >= 1 block, got {n}")
+        if n > self.free:
+            raise OutOfBlocks(f"grow: {n} blocks asked, {self.free} free (the caller must make room)")
+        self._held[rid] = have + n
+        self.free -= n
         self.allocated += n
 
-    def release(self, rid: int) -> int:
+    def release(self, rid) -> int:
         """Free every block of ``rid``; returns how many went back to the free list."""
-        n = len(self.alloc.free(rid))
+        n = self._held.pop(rid, 0)
+        if not n:
+            raise ValueError(f"release: sequence {rid!r} holds no blocks (never grown or already released)")
+        self.free += n
         self.freed += n
         return n
 
@@ -170,10 +192,15 @@ class _Engine:
         self.need_heap: list = []  # (tick, rid, epoch, live): needs a block before tick's step
         self.now = 0.0
         self.admitted = 0
-        self.rows: list[tuple] = []  # one per step, in _TIMELINE order
+        # the timeline: per step its start, duration and free blocks; the other columns by segment,
+        # (steps, *_SEGMENT values of its first step, context growth a step): one for a general step,
+        # one for each run of decode-only steps
+        self.starts: list[float] = []
+        self.durations: list[float] = []
+        self.frees: list[int] = []
+        self.segments: list[tuple] = []
         self.tl_chunks: list[tuple] = []
-        self.step_end: list[float] = []
-        self.tick_step: list[int] = []
+        self.tick_step: list[int] = []  # the step that ran each decode tick
         self.preempted_now = 0
         self.swap_time = 0.0
         # static: the batch fired with batch_quota members (those waiting then, up to max_running);
@@ -251,19 +278,48 @@ class _Engine:
         self.S -= live.base
         self.D -= 1
 
-    def _serve_block_needs(self) -> None:
-        heap, T, pop = self.need_heap, self.T, heapq.heappop
-        while heap and heap[0][0] <= T:  # needs of preempted decodes leave stale entries: skipped
-            _, _, epoch, live = pop(heap)
-            if epoch == live.epoch and live.state == DECODE and self._make_room(live, 1):
-                self._grow(live, 1)
-                self._push_need(live)
+    def _serve_block_needs(self, preempt: bool = True) -> bool:
+        """Give every decode whose next token starts a block (a need due by tick T) its block, in
+        (tick, rid) order; needs of preempted decodes leave stale entries: skipped. A need with no
+        room preempts (:meth:`_make_room`); with ``preempt=False`` it is left due instead and the
+        call returns False (nothing preempted). The common case, room, is :meth:`_grow` then
+        :meth:`_push_need` written out (a decode-heavy run serves about one need a step)."""
+        heap, T, pool, pop = self.need_heap, self.T, self.pool, heapq.heappop
+        caps, class_blocks, peak, bs = self.cap_blocks, self.class_blocks, self.class_peak, pool.block_size
+        while heap and heap[0][0] <= T:
+            _, rid, epoch, live = heap[0]
+            if epoch != live.epoch or live.state != DECODE:
+                pop(heap)
+                continue
+            cls = live.prio
+            if pool.free < 1 or (caps and cls in caps and class_blocks.get(cls, 0) + 1 > caps[cls]):
+                if not preempt:
+                    return False
+                pop(heap)
+                if self._make_room(live, 1):
+                    self._grow(live, 1)
+                    self._push_need(live)
+                continue
+            held = live.held
+            pool.grow(rid, held, 1)
+            live.held = held = held + 1
+            n = class_blocks[cls] = class_blocks[cls] + 1
+            if n > peak[cls]:
+                peak[cls] = n
+            # its next need (as _push_need) replaces this one in one sift; entries are distinct and
+            # totally ordered by (tick, rid, epoch), so the order they come out in is the same
+            tick = held * bs - live.base + 1
+            if tick < live.finish_tick:
+                heapq.heapreplace(heap, (tick if tick > T else T, rid, epoch, live))
+            else:
+                pop(heap)
+        return True
 
     # ---- preemption ------------------------------------------------------------------------
     def _make_room(self, live: _Live, n: int) -> bool:
         """Preempt until ``n`` blocks are free for running ``live`` (and its class stays under
         its share); False when ``live`` itself was the victim."""
-        if not self.cap_blocks and self.pool.alloc.num_free_blocks >= n:
+        if not self.cap_blocks and self.pool.free >= n:
             return True  # the common case
         cap = self.cap_blocks.get(live.prio)
         while True:
@@ -450,7 +506,7 @@ class _Engine:
             decodes = not chunks
         if decodes:
             self._serve_block_needs()
-            if not self.preempted_now:
+            if self.swapped and not self.preempted_now:
                 self._swap_in()
             if not self.prefill_first:
                 self._schedule_prefills(chunks, self.budget - self.D)
@@ -467,27 +523,97 @@ class _Engine:
             spec, prefill = (), 0
             self.tl_chunks.append(())
         dt = self.cost.step_s(d + pads, ctx, spec) + self.swap_time
-        self.rows.append((self.now, dt, d, prefill, pads, len(self.running), len(self.waiting),
-                          len(self.swapped), self.pool.alloc.num_free_blocks, self.preempted_now,
-                          self.swap_time, ctx))
+        self.starts.append(self.now)
+        self.durations.append(dt)
+        self.frees.append(self.pool.free)
+        self.segments.append((1, d, prefill, pads, len(self.running), len(self.waiting), len(self.swapped),
+                              self.preempted_now, self.swap_time, ctx, 0))
         self.now += dt
-        self.step_end.append(self.now)
         if d:
             self.batch_decoding = self.static
-            self.tick_step.append(len(self.step_end) - 1)
+            self.tick_step.append(len(self.starts) - 1)
             self.T += 1
             self._decodes_done()
         for live, c in chunks:
             live.computed += c
             if live.computed == live.target:
                 self._prefill_done(live)
-        if self.static and not self.D and not self.prefilling and self.pads:
-            for live in self.pads:  # the batch is over: its members' blocks go back
-                self._release(live)
-            self.pads, self.pad_ctx = [], 0
-        if self.static and not self.D and not self.prefilling and not self.pads:
-            self.batch_decoding = False  # the batch is over (or never decoded): the next may fire
+        if self.static:
+            self._batch_over()
         return True
+
+    def _batch_over(self) -> None:
+        """Static: once nothing decodes or prefills, the batch is over: its padding members'
+        blocks go back and the next batch may fire."""
+        if not self.D and not self.prefilling:
+            if self.pads:
+                for live in self.pads:
+                    self._release(live)
+                self.pads, self.pad_ctx = [], 0
+            self.batch_decoding = False
+
+    # ---- the fast path: steps that can only decode ---------------------------------------------------
+    def _decode_only(self) -> bool:
+        """The next step can run nothing but decodes: some decode runs, nobody is prefilling, and
+        no admission or swap-in can happen (nobody waits or swapped, or the running set is full,
+        or a static batch is decoding). Block needs may still preempt (:meth:`_decode_run` hands
+        such a step to :meth:`_step`)."""
+        if not self.D or self.prefilling:
+            return False
+        full = len(self.running) >= self.max_running
+        if self.waiting and not (full or self.batch_decoding):
+            return False
+        return full or not self.swapped
+
+    def _decode_run(self, steps: int) -> tuple[int, bool]:
+        """Run decode-only steps (while :meth:`_decode_only` holds) exactly as :meth:`_step` would,
+        without rebuilding the step each time: the batch (D decodes, padding, counts) stays the
+        same until an event, so each step only serves its block needs, is priced and recorded.
+        Stops at the step boundary where something else can happen: a request arrives, a decode
+        finishes (that step runs here, its completions included), a block need finds no room
+        without preempting (that step is left to :meth:`_step`), ``max_steps`` or ``horizon_s``.
+        Returns (steps run in total, whether any ran here)."""
+        self.preempted_now, self.swap_time = 0, 0.0
+        pool, needs, finishes = self.pool, self.need_heap, self.finish_heap
+        step_s, start, duration, free = self.cost.step_s, self.starts.append, self.durations.append, self.frees.append
+        d, pads, pad_ctx, S = self.D, len(self.pads), self.pad_ctx, self.S
+        dp = d + pads  # sequences in each step's batch
+        running, waiting, swapped = len(self.running), len(self.waiting), len(self.swapped)
+        lives, i = self.lives, self.next_arrival
+        wake = lives[i].req.arrival_s if i < len(lives) else math.inf
+        stop = math.inf if self.max_steps is None else self.max_steps
+        horizon = math.inf if self.horizon_s is None else self.horizon_s
+        serve = self._serve_block_needs
+        T0 = T = self.T
+        now, ran = self.now, False
+        while True:
+            if needs and needs[0][0] <= T:
+                self.T = T
+                if not serve(False):
+                    break  # a need must preempt: the general step takes this step from here
+            dt = step_s(dp, S + d * T + pad_ctx, ()) + 0.0  # cached tokens as in _step
+            start(now)
+            duration(dt)
+            free(pool.free)
+            now += dt
+            T += 1
+            steps += 1
+            ran = True
+            if (finishes and finishes[0][0] <= T) or wake <= now or steps >= stop or now >= horizon:
+                break
+        self.T, self.now = T, now
+        if ran:  # the run's segment: one row per tick T0..T-1, every one a decode tick
+            k = T - T0
+            first = len(self.starts) - k
+            self.segments.append((k, d, 0, pads, running, waiting, swapped, 0, 0.0, S + d * T0 + pad_ctx, d))
+            self.tl_chunks.extend([()] * k)
+            self.tick_step.extend(range(first, first + k))
+            self.batch_decoding = static = self.static
+            if finishes and finishes[0][0] <= T:  # (or a stale entry, which it skips)
+                self._decodes_done()
+                if static:
+                    self._batch_over()
+        return steps, ran
 
     def _idle(self) -> bool:
         """Nothing ran: jump to the next event; False when the run is over."""
@@ -521,6 +647,10 @@ class _Engine:
             if self.horizon_s is not None and self.now >= self.horizon_s:
                 complete = False
                 break
+            if self._decode_only():
+                steps, ran = self._decode_run(steps)
+                if ran:
+                    continue
             if self._step():
                 steps += 1
             elif not self._idle():
@@ -536,10 +666,13 @@ class _Engine:
                 live.departure = self.now
         import numpy as np
 
-        cols = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(_TIMELINE)
-        arrays = {k: np.asarray(v, dtype=float if k in ("start_s", "duration_s", "swap_s") else np.int64)
-                  for k, v in zip(_TIMELINE, cols, strict=True)}
-        timeline = Timeline(**arrays, chunks=tuple(self.tl_chunks))
+        seg = np.fromiter(self.segments, dtype=_SEG_ROW, count=len(self.segments))
+        n = seg["steps"]
+        cols = {k: np.repeat(seg[k], n) for k in _SEGMENT}
+        step_in_seg = np.arange(len(self.starts)) - np.repeat(np.cumsum(n) - n, n)
+        cols["context_tokens"] += np.repeat(seg["context_step"], n) * step_in_seg
+        timeline = Timeline(start_s=np.array(self.starts, dtype=float), duration_s=np.array(self.durations, dtype=float),
+                            free_blocks=np.array(self.frees, dtype=np.int64), **cols, chunks=tuple(self.tl_chunks))
         counts = {s: 0 for s in ("finished", "rejected", "expired", "unfinished")}
         for live in self.lives:
             counts[live.status] += 1
@@ -551,7 +684,7 @@ class _Engine:
             free_blocks_end=self.pool.free,
             kv_blocks=self.pool.num_blocks,
             block_size=self.pool.block_size,
-            live_sequences_end=len(self.pool.alloc.seq_ids()),
+            live_sequences_end=self.pool.sequences,
             max_running=self.max_running,
             token_budget=self.budget,
             decode_ticks=self.T,
@@ -605,4 +738,13 @@ def simulate(workload: Workload | Sequence[Request], policy: Policy | None = Non
     if horizon_s is not None:
         real("horizon_s", horizon_s, 0, unit="seconds")
     engine = _Engine(requests, policy, cost, kv_blocks, block_size, max_steps, horizon_s)
-    return engine.run()
+    # The run allocates ~10 small tuples a step and makes no reference cycles; the cyclic collector,
+    # which those allocations trigger, would scan every object of the caller's process (a kernel
+    # holding figures) again and again for nothing, so it is paused for the run.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return engine.run()
+    finally:
+        if collecting:
+            gc.enable()

@@ -243,30 +243,28 @@ class SimResult:
         each emission segment is a prefill's token (one time) or a decode run (ticks t0..t1-1,
         emitted at the ends of the steps that ran those ticks)."""
         if self._flat is None:
-            seg_len, seg_val, seg_point, per_req = [], [], [], []
+            # every token is read from one table: the end of each decode tick's step, then the
+            # prefill tokens' times; segment k takes seg_len[k] entries from seg_src[k] on
+            ticks = len(self._tick_step)
+            seg_src, seg_len, points, per_req = [], [], [], []
             for emits in self._emits:
                 n = 0
                 for e in emits:
-                    if len(e) == 1:
+                    if len(e) == 1:  # a prefill's token
+                        seg_src.append(ticks + len(points))
                         seg_len.append(1)
-                        seg_val.append(e[0])
-                        seg_point.append(True)
+                        points.append(e[0])
                         n += 1
-                    else:
+                    else:  # a decode run: ticks e[0]..e[1]-1
+                        seg_src.append(e[0])
                         seg_len.append(e[1] - e[0])
-                        seg_val.append(e[0])
-                        seg_point.append(False)
                         n += e[1] - e[0]
                 per_req.append(n)
             lens = np.asarray(seg_len, dtype=np.int64)
-            total = int(lens.sum())
-            first = np.repeat(np.cumsum(lens) - lens, lens)  # flat index of each segment's start
-            point = np.repeat(np.asarray(seg_point, dtype=bool), lens)
-            val = np.repeat(np.asarray(seg_val, dtype=float), lens)
-            tick = (val + (np.arange(total) - first)).astype(np.int64)
-            ends = self.timeline.end_s
-            times = np.where(point, val, ends[self._tick_step[np.where(point, 0, tick)]]
-                             if len(self._tick_step) else val)
+            src = np.arange(int(lens.sum())) + np.repeat(np.asarray(seg_src, dtype=np.int64) - (np.cumsum(lens) - lens),
+                                                         lens)
+            table = np.concatenate([self.timeline.end_s[self._tick_step], np.asarray(points, dtype=float)])
+            times = table[src]
             offsets = np.concatenate([[0], np.cumsum(per_req)]).astype(np.int64)
             self._flat = (times, offsets)
         return self._flat

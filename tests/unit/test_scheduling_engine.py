@@ -9,10 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lib.kvcache.allocator import OutOfBlocks
 from lib.perf.deployment import Deployment
 from lib.scheduling import (
     SLO,
     Constant,
+    KVPool,
     LinearCost,
     LogNormal,
     Policy,
@@ -23,6 +25,7 @@ from lib.scheduling import (
     step_cost,
     trace,
 )
+from lib.scheduling import engine as engine_module
 
 DEP = Deployment("llama-3.1-8b", "h100-sxm")
 
@@ -251,6 +254,67 @@ def test_max_steps_stops_early_and_says_so():
     check_invariants(res)
 
 
+# ---- the KV pool (counts) ----------------------------------------------------------------------
+
+
+def test_kv_pool_conserves_blocks_and_grows_all_or_nothing():
+    pool = KVPool(10, 16)
+    assert (pool.free, pool.sequences, pool.blocks_for(33)) == (10, 0, 3)
+    pool.grow("a", 0, 4)
+    pool.grow("a", 4, 1)
+    pool.grow("b", 0, 3)
+    assert (pool.free, pool.held("a"), pool.held("b"), pool.sequences) == (2, 5, 3, 2)
+    with pytest.raises(OutOfBlocks, match="3 blocks asked, 2 free"):
+        pool.grow("b", 3, 3)
+    with pytest.raises(OutOfBlocks):
+        pool.grow("c", 0, 3)
+    assert (pool.free, pool.held("b"), pool.held("c"), pool.sequences, pool.allocated) == (2, 3, 0, 2, 8)
+    with pytest.raises(ValueError, match="holds 5 blocks, the caller says 4"):
+        pool.grow("a", 4, 1)  # the caller's count and the pool's disagree
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        pool.grow("a", 5, 0)
+    assert pool.release("a") == 5
+    with pytest.raises(ValueError, match="holds no blocks"):
+        pool.release("a")  # a block is never freed twice
+    assert pool.allocated - pool.freed == pool.num_blocks - pool.free == pool.held("b") == 3
+    assert pool.release("b") == 3 and (pool.free, pool.sequences, pool.freed) == (10, 0, 8)
+
+
+def test_kv_pool_admits_what_the_paged_allocator_admits():
+    """Sequences of ``tokens`` tokens until the pool refuses: the count the real paged allocator
+    (lib.kvcache.allocator) gives for the same pool, block by block."""
+    from lib.kvcache.allocator import BlockAllocator
+
+    for blocks, size, tokens in ((100, 16, 40), (64, 4, 17), (7, 16, 16)):
+        pool, alloc = KVPool(blocks, size), BlockAllocator(blocks, size)
+        n_pool = n_alloc = 0
+        while pool.free >= pool.blocks_for(tokens):
+            pool.grow(n_pool, 0, pool.blocks_for(tokens))
+            n_pool += 1
+        while True:
+            try:
+                alloc.allocate(n_alloc, range(tokens))
+            except OutOfBlocks:
+                break
+            n_alloc += 1
+        assert n_pool == n_alloc and pool.free == alloc.num_free_blocks
+
+
+def test_simulate_restores_the_garbage_collector():
+    import gc
+
+    reqs = [Request(0, 0.0, 10, 5)]
+    assert gc.isenabled()
+    simulate(reqs, Policy(), LinearCost(fixed_s=0.01))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        simulate(reqs, Policy(), LinearCost(fixed_s=0.01))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 # ---- property tests ----------------------------------------------------------------------------
 
 requests_st = st.lists(
@@ -326,3 +390,64 @@ def test_invariants_on_the_real_step_model(seed, kv_blocks, policy):
     res = simulate(w, policy, DEP, seed=seed, kv_blocks=kv_blocks, max_steps=200_000)
     assert res.complete
     check_invariants(res)
+
+
+def assert_same_result(a, b):
+    """Two runs agree exactly: records, every timeline column, token times, counters."""
+    assert a.requests == b.requests  # (nan fields are the same math.nan object)
+    for name in ("start_s", "duration_s", "decode_tokens", "prefill_tokens", "padding", "running", "waiting",
+                 "swapped", "free_blocks", "preemptions", "swap_s", "context_tokens"):
+        x, y = getattr(a.timeline, name), getattr(b.timeline, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    assert a.timeline.chunks == b.timeline.chunks
+    assert a.counters == b.counters and a.end_s == b.end_s and a.complete == b.complete
+    assert np.array_equal(a._tokens()[0], b._tokens()[0]) and np.array_equal(a._tokens()[1], b._tokens()[1])
+
+
+def simulate_counting_runs(*args, **kw):
+    """simulate(*args, **kw) and how many of its steps the decode runs made."""
+    made = []
+    run = engine_module._Engine._decode_run
+
+    def counted(self, steps):
+        total, ran = run(self, steps)
+        made.append(total - steps)
+        return total, ran
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine_module._Engine, "_decode_run", counted)
+        res = simulate(*args, **kw)
+    return res, sum(made)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=scenario(), max_steps=st.sampled_from([200_000, 200_000, 5, 60]),
+       horizon_s=st.sampled_from([None, None, 0.05]))
+def test_decode_runs_are_the_general_step(case, max_steps, horizon_s):
+    """The engine's fast path (runs of decode-only steps, _decode_run) gives exactly what building
+    every step with the general _step gives."""
+    reqs, pol, kv_blocks, block_size = case
+    kw = dict(kv_blocks=kv_blocks, block_size=block_size, max_steps=max_steps, horizon_s=horizon_s)
+    fast = simulate(reqs, pol, COST, **kw)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine_module._Engine, "_decode_only", lambda self: False)
+        slow = simulate(reqs, pol, COST, **kw)
+    assert len(slow.timeline) == len(fast.timeline)
+    assert_same_result(fast, slow)
+    if fast.complete:
+        check_invariants(fast)
+
+
+@pytest.mark.parametrize("policy", [Policy(), Policy(preemption="swap"), Policy(use_priority=True, kv_share_cap={1: 0.3}),
+                                    Policy(batching="static", max_running=16), Policy(step_mix="prefill_first")])
+def test_decode_runs_are_the_general_step_on_the_step_model(policy):
+    w = mix([Workload(prompt=LogNormal(600, 0.8, cap=6000), output=LogNormal(120, 0.7, cap=800), rate=25.0,
+                      n_requests=80),
+             Workload(prompt=LogNormal(300, 0.5), output=LogNormal(60, 0.5), rate=10.0, n_requests=30, priority=1)])
+    fast, in_runs = simulate_counting_runs(w, policy, DEP, kv_blocks=900)
+    assert in_runs > len(fast.timeline) / 2  # most steps came out of decode runs
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine_module._Engine, "_decode_only", lambda self: False)
+        slow = simulate(w, policy, DEP, kv_blocks=900)
+    assert_same_result(fast, slow)
+

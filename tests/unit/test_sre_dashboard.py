@@ -59,3 +59,32 @@ def test_validation(run):
         db.panel_values(run, 10.0, 5.0, SLO(), 0.99)
     with pytest.raises(ValueError, match="tolerance"):
         db.cross_checks(run, tolerance=0.0)
+
+
+@pytest.mark.parametrize("broken", ["none", "latency without the queue", "tokens counted twice"])
+def test_explorer_windows_are_the_masked_definition(run, broken):
+    """The explorer's per-window series (index ranges) equals the definition written with masks over every
+    step, request and token of each window, exactly."""
+    from lib.explorers.sre_dashboard import window_series
+
+    w = 3.0
+    s = window_series.__wrapped__(run, broken, w)
+    tl, recs = run.timeline, run.requests
+    arr = np.array([r.arrival_s for r in recs])
+    soj = np.array([r.sojourn_s - (r.queue_s if broken == "latency without the queue" else 0.0) for r in recs])
+    tpot = np.array([r.tpot_s if r.output_len > 1 else np.nan for r in recs])
+    times, _ = run._tokens()
+    want = {k: [] for k in ("t", "L", "lw", "tok", "impl")}
+    edges = np.arange(0.0, float(tl.start_s[-1] + tl.duration_s[-1]) + w, w)
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        st, inr = (tl.start_s >= a) & (tl.start_s < b), (arr >= a) & (arr < b)
+        if st.any() and inr.any():
+            d = tl.duration_s[st]
+            want["t"].append((a + b) / 2)
+            want["L"].append(float(((tl.waiting[st] + tl.running[st]) * d).sum() / d.sum()))
+            want["lw"].append(inr.sum() / w * float(soj[inr].mean()))
+            want["tok"].append((2.0 if broken == "tokens counted twice" else 1.0) * ((times >= a) & (times < b)).sum() / w)
+            want["impl"].append(float((tl.running[st] * d).sum() / d.sum()) / float(np.nanmean(tpot[inr])))
+    assert len(want["t"]) > 5
+    for k, v in want.items():
+        assert np.array_equal(getattr(s, k), np.asarray(v)), k
