@@ -82,7 +82,11 @@ def _build(fig) -> SimpleNamespace:
     a.lw = a1.plot([0.0], [0.0], color="C3", lw=1.2, ls="--", label="arrivals/s x latency")[0]
     a.tok = a2.plot([0.0], [0.0], color="C0", lw=1.8, label="tokens/s (counter)")[0]
     a.impl = a2.plot([0.0], [0.0], color="C3", lw=1.2, ls="--", label="running / TPOT")[0]
+    from matplotlib.ticker import MaxNLocator
+
     for ax, unit in ((a1, "requests"), (a2, "tokens/s")):
+        ax.xaxis.set_major_locator(MaxNLocator(5))  # fewer tick labels to lay out on every update
+        ax.yaxis.set_major_locator(MaxNLocator(5))
         ax.set_xlabel("time (s)")
         ax.set_ylabel(unit)
         ax.grid(True)
