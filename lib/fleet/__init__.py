@@ -8,4 +8,5 @@ stop_strings, backpressure), parallelism and disaggregation (parallel_tp, contex
 disaggregation, batch_fill), routing and scaling (hash_ring, routing, autoscaling, shared_pool,
 diurnal, regions, broadcast), tenancy (token_bucket, rate_limits, tenancy, quotas) and platforms
 (job_api, job_service, eval_pipeline, agent_sessions, sandbox); ``*_practice`` modules hold the
-coding questions' skeletons and graders."""
+coding questions' skeletons and graders. simulated_capacity reads a replica's saturated rate off the
+serving simulator: the independent bound the sizing pages check the capacity model against."""
