@@ -68,11 +68,4 @@ def smallest_true(pred: Callable[[int], object], lo: int, hi: int) -> int:
     exceptions from pred propagate.
     """
     lo, hi = _bounds(pred, lo, hi)
-    no, yes = lo - 1, hi + 1
-    while yes - no > 1:
-        mid = (no + yes) // 2
-        if pred(mid):
-            yes = mid
-        else:
-            no = mid
-    return yes
+    return largest_true(lambda n: not pred(n), lo, hi) + 1  # the same midpoints, the last false one plus one
