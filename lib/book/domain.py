@@ -19,7 +19,8 @@ JSON spec of one parameter (``interview.domain[NAME]``)::
     {"real": [low, high]}            a number in [low, high]
     {"bool": true}                   True or False
     {"text": <max characters>}       free text (a typed program); the sweep leaves it at its default
-    {"list": <spec>, "len": [a, b]}  a list or tuple of a..b items, each in <spec>
+    {"list": <spec>, "len": [a, b]}  a list or tuple of a..b items, each in <spec> (add "distinct": true
+                                     when no item may repeat, e.g. GPU generations to compare)
     any dict spec + "or_none": true  None is allowed too (None: lib takes the value from data/)
 """
 
@@ -166,27 +167,40 @@ class Text:
 
 @dataclass(frozen=True)
 class ListOf:
-    """A list (or tuple) of ``min_len`` to ``max_len`` items, each in ``item``."""
+    """A list (or tuple) of ``min_len`` to ``max_len`` items, each in ``item``; with ``distinct``, no item
+    twice."""
 
     item: object
     min_len: int = 1
     max_len: int = 16
+    distinct: bool = False
 
     def valid(self, value) -> bool:
         return (isinstance(value, list | tuple) and self.min_len <= len(value) <= self.max_len
-                and all(self.item.valid(v) for v in value))
+                and all(self.item.valid(v) for v in value)
+                and not (self.distinct and len({repr(v) for v in value}) < len(value)))
 
     def describe(self) -> str:
-        return f"a list of {self.min_len} to {self.max_len} items, each {self.item.describe()}"
+        return (f"a list of {self.min_len} to {self.max_len} {'distinct ' if self.distinct else ''}items, "
+                f"each {self.item.describe()}")
 
     def sample(self, rng) -> list:
         n = rng.randint(self.min_len, min(self.max_len, self.min_len + 3))
-        values = [self.item.sample(rng) for _ in range(n)]
+        if self.distinct and isinstance(self.item, Choice):
+            values = rng.sample(list(self.item.options), min(n, len(self.item.options)))
+        else:
+            values = []
+            for _ in range(100 * n):  # distinct: redraw repeats (a continuous domain rarely repeats)
+                if len(values) == n:
+                    break
+                v = self.item.sample(rng)
+                if not (self.distinct and repr(v) in {repr(x) for x in values}):
+                    values.append(v)
         return sorted(values) if all(isinstance(v, int | float) for v in values) else values
 
     def within(self, other) -> bool:
         return (isinstance(other, ListOf) and other.min_len <= self.min_len and self.max_len <= other.max_len
-                and self.item.within(other.item))
+                and self.item.within(other.item) and (self.distinct or not other.distinct))
 
 
 @dataclass(frozen=True)
@@ -267,7 +281,10 @@ def parse(spec, explorer_domains: dict | None = None, name: str = "") -> Domain:
     elif "list" in spec:
         item = parse(spec.pop("list"), explorer_domains, name)
         low, high = spec.pop("len", (1, 16))
-        dom = ListOf(item, low, high)
+        distinct = spec.pop("distinct", False)
+        if not isinstance(distinct, bool):
+            raise ValueError(f"{name}: 'distinct' must be true or false, got {distinct!r}")
+        dom = ListOf(item, low, high, distinct)
     else:
         raise ValueError(f"{name}: unknown spec {spec!r}")
     if spec:

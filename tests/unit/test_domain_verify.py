@@ -47,6 +47,21 @@ def test_samples_are_valid_and_within_is_a_subset_test():
     assert d.IntRange(2, 4).within(d.IntRange(1, 8)) and not d.IntRange(2, 16).within(d.IntRange(1, 8))
 
 
+def test_distinct_lists_never_repeat_an_item():
+    rng = random.Random(1)
+    gens = d.parse({"list": {"choice": ["a100", "h100", "h200", "b200"]}, "len": [2, 4], "distinct": True})
+    draws = [gens.sample(rng) for _ in range(200)]
+    assert all(gens.valid(x) and len(set(x)) == len(x) for x in draws)
+    assert not gens.valid(["h100", "h100"]) and gens.valid(["h100", "h200"])
+    assert "distinct" in gens.describe()
+    plain = d.parse({"list": {"choice": ["a100", "h100", "h200", "b200"]}, "len": [2, 4]})
+    assert plain.valid(["h100", "h100"]) and gens.within(plain) and not plain.within(gens)
+    reals = d.ListOf(d.FloatRange(0.0, 1.0), 2, 3, distinct=True)
+    assert all(reals.valid(reals.sample(rng)) for _ in range(50))
+    with pytest.raises(ValueError, match="'distinct' must be true or false"):
+        d.parse({"list": {"int": [1, 4]}, "distinct": "yes"}, name="X")
+
+
 def test_accept_parameters_names_every_bad_value(monkeypatch):
     monkeypatch.setattr(d, "notebook_domain", lambda slug: {"TP": d.IntRange(1, 8), "GPU": d.Choice(("h100",))})
     d.accept_parameters("x", {"TP": 2, "GPU": "h100"})
