@@ -7,7 +7,8 @@ target of their own) ride in the same steps. In steady state a step of length ``
     D = (lambda_c O_c + lambda_b O_b) T decodes,  C = (lambda_c P_c + lambda_b P_b) T prompt tokens,
 
 priced by the simulator's own mixed step (:func:`lib.scheduling.cost.step_cost`, cached context
-summed over both classes), and the KV pool holds D_c (P_c + O_c) + D_b (P_b + O_b) tokens plus one
+summed over both classes, each class's C tokens one chunk at its mean start (P - c) / 2, since a prompt
+fed over several steps attends to its part already cached), and the KV pool holds D_c (P_c + O_c) + D_b (P_b + O_b) tokens plus one
 prompt of each class being prefilled. :func:`batch_headroom` finds the largest batch rate
 ``lambda_b`` both allow (bisection) and says which binds: at long batch contexts it is the KV pool,
 not the step time (compute and bandwidth): the batch the pool holds is smaller than the batch the
@@ -45,7 +46,7 @@ class Headroom:
     batch_decodes: float
     step_s: float
     binding: str
-    kv_share: float  # the batch's share of the KV pool at that rate
+    kv_share: float  # the batch's share of the KV pool at that rate: its decodes and the one document in prefill
 
     @property
     def batch_tokens_per_s(self) -> float:
@@ -75,8 +76,10 @@ def batch_headroom(dep, chat_rate: float, chat_prompt: int, chat_output: int, tp
     cost = step_cost(dep)
     cap, seqs = dep.budget.token_capacity, min(dep.max_num_seqs, cost.max_batch)
 
-    def step(d: float, ctx: float, c: float) -> float:
-        chunk = [(max(1, round(c)), 0)] if c >= 0.5 else []
+    def step(d: float, ctx: float, cc: float, cb: float) -> float:
+        # each class's prompt tokens of a step as one chunk at its mean start, (P - c) / 2: a prompt fed over
+        # several steps attends to its part already cached, so a long prompt's later chunks cost more
+        chunk = [(max(1, round(c)), max(0, round((p - c) / 2))) for c, p in ((cc, pc), (cb, pb)) if c >= 0.5]
         lo = math.floor(d)
 
         def at(n: int) -> float:
@@ -97,7 +100,7 @@ def batch_headroom(dep, chat_rate: float, chat_prompt: int, chat_output: int, tp
         if d == 0:
             return dc, db, 0.0, "the TPOT target"
         ctx = dc * (pc + oc / 2) + db * (pb + ob / 2)
-        return dc, db, step(d, ctx, (lam_c * pc + lam_b * pb) * t), "the TPOT target"
+        return dc, db, step(d, ctx, lam_c * pc * t, lam_b * pb * t), "the TPOT target"
 
     dc0, _, s0, why0 = state(0.0)
     if s0 > t:
@@ -111,7 +114,7 @@ def batch_headroom(dep, chat_rate: float, chat_prompt: int, chat_output: int, tp
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if state(mid)[2] <= t else (lo, mid)
     dc, db, s, _ = state(lo)
-    share = db * (pb + ob) / cap
+    share = (db * (pb + ob) + (pb if lo > 0 else 0)) / cap  # its decodes plus the document being prefilled (_kv_tokens)
     return Headroom(lam_c, lo, dc, db, s, state(hi)[3], share)
 
 

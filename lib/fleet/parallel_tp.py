@@ -16,7 +16,7 @@ is an option with ``cost=None`` and the reason.
 * :func:`tightest_tpot_s`: the tightest TPOT target degree ``n`` can meet at all: its one-sequence
   step at the longest context;
 * :func:`loosest_tpot_where_cheapest`: the loosest TPOT target at which degree ``n`` is the
-  cheapest option (scan on a log grid, then bisection on the last change);
+  cheapest option (scan on a log grid, a fine scan of the last gap, then bisection on the last change);
 * :func:`shortest_prompt_where_cheapest`: the shortest prompt at which ``n`` is the cheapest.
 
 SI units: seconds, tokens.
@@ -145,7 +145,11 @@ def loosest_tpot_where_cheapest(dep, prompt_len: int, output_len: int, tp: int, 
                                 hi_s: float = 0.2, points: int = 40, rel_tol: float = 1e-3) -> float | None:
     """The loosest TPOT target (seconds, up to ``hi_s``) at which ``tp`` is the cheapest degree:
     scan a log grid from ``tp``'s tightest target to ``hi_s``, take the loosest grid point where it
-    wins, bisect towards the next grid point. ``hi_s`` when it wins there; None when it wins nowhere."""
+    wins, then scan the gap to the next grid point at ratio ``1 + rel_tol`` and bisect after the loosest
+    win there. The wins need not be one interval: batches are integers, so near a degree's floor each
+    step up of a rival's batch can hand it the lead and the next step of ``tp``'s own batch take it back;
+    this is the supremum of the wins (to ``rel_tol``), not the end of the first run of them. ``hi_s``
+    when it wins there; None when it wins nowhere on the grid."""
     lo = tightest_tpot_s(dep, tp, prompt_len, output_len) * (1 + 1e-9)
     hi = real("hi_s", hi_s, 0, low_open=True, unit="seconds")
     if lo >= hi:
@@ -159,6 +163,11 @@ def loosest_tpot_where_cheapest(dep, prompt_len: int, output_len: int, tp: int, 
     if last == n - 1:
         return hi
     a, b = grid[last], grid[last + 1]
+    fine = [a * (b / a) ** (i / math.ceil(math.log(b / a) / math.log1p(rel_tol)))
+            for i in range(math.ceil(math.log(b / a) / math.log1p(rel_tol)) + 1)]
+    won = [i for i, t in enumerate(fine[1:-1], 1) if _wins(dep, prompt_len, output_len, t, tp, degrees)]
+    if won:
+        a, b = fine[won[-1]], fine[won[-1] + 1]
     while b / a - 1 > rel_tol:
         m = math.sqrt(a * b)
         a, b = (m, b) if _wins(dep, prompt_len, output_len, m, tp, degrees) else (a, m)

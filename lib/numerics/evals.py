@@ -242,8 +242,9 @@ def _psi_delta(discordance: float, difference: float) -> tuple[float, float]:
 
 def mcnemar_power(items: int, discordance: float, difference: float, alpha: float = 0.05) -> float:
     """Power of the two-sided McNemar test on ``items`` (normal approximation):
-    Phi((sqrt(n) |delta| - z_{1-alpha/2} sqrt(psi)) / sqrt(psi - delta^2)); 1.0 when every discordant
-    item goes one way (psi = |delta|)."""
+    Phi((sqrt(n) |delta| - z_{1-alpha/2} sqrt(psi)) / sqrt(psi - delta^2)); 1.0 when the per-item difference
+    has no variance (psi = delta^2: every item discordant, all one way). Poor at a handful of discordant items
+    (n psi small): use :func:`mcnemar_exact_power` there."""
     n = integer("items", items, 1)
     psi, d = _psi_delta(discordance, difference)
     za = _N.inv_cdf(1 - _alpha(alpha) / 2)

@@ -58,6 +58,19 @@ def test_loosest_target_where_tp8_wins_against_a_brute_force_grid(dep70):
     assert pt.cheapest(pt.tp_options(dep70, 2048, 512, got * 1.01)).tp != 8
 
 
+def test_loosest_target_is_the_last_win_when_integer_batches_make_the_wins_ragged():
+    # Llama 3.1 8B in FP8: near the floors TP8 and TP4 trade the lead as each batch steps up by one, so the wins are
+    # several short runs; the answer is the last of them, and no target on a fine grid beyond it is a TP8 win.
+    dep = deployment("llama-3.1-8b", "h100-sxm", tp=8, weight_dtype="fp8", compute_dtype="fp8")
+    got = pt.loosest_tpot_where_cheapest(dep, 2048, 512, 8, hi_s=0.2)
+    floor = pt.tightest_tpot_s(dep, 8, 2048, 512)
+    fine = [floor * (0.2 / floor) ** (i / 2000) for i in range(2001)]
+    wins = [t for t in fine if pt.cheapest(pt.tp_options(dep, 2048, 512, t)).tp == 8]
+    assert any(pt.cheapest(pt.tp_options(dep, 2048, 512, t)).tp != 8 for t in fine if t < got)  # ragged
+    assert pt.cheapest(pt.tp_options(dep, 2048, 512, got)).tp == 8
+    assert got == pytest.approx(max(wins), rel=2e-3)
+
+
 def test_shortest_prompt_where_tp8_wins_is_a_boundary(dep70):
     p = pt.shortest_prompt_where_cheapest(dep70, 512, 0.03, 8)
     assert p is not None
