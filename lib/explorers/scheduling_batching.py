@@ -494,7 +494,7 @@ _OFFLINE_FIGURE = figures.LiveFigure(6.4, 3.2, _offline_build, _offline_draw)
     model=Choice(_MODELS),
     gpu=Choice(_GPUS),
     tp=IntRange(1, 8, log=True, label="tensor parallel"),
-    n_requests=IntRange(1, 1024, log=True, label="requests in the job"),
+    n_requests=IntRange(2, 1024, log=True, label="requests in the job (one has nothing to batch with)"),
     prompt_median=IntRange(16, 8192, log=True, label="prompt median (tokens)"),
     prompt_sigma=FloatRange(0.0, 1.5, 0.1, label="prompt spread (sigma of ln)"),
     max_tokens=IntRange(16, 8192, log=True, label="max_tokens (reply cap)"),

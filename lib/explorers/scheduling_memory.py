@@ -229,7 +229,7 @@ _RESERVE_FIGURE = figures.LiveFigure(6.0, 3.0, _reserve_build, _reserve_draw)
     gpu=Choice(GPUS),
     tp=IntRange(1, 8, log=True, label="tensor parallel"),
     prompt_median=IntRange(16, 32768, log=True, label="prompt median (tokens)"),
-    output_median=IntRange(1, 32768, log=True, label="output median (tokens)"),
+    output_median=IntRange(2, 32768, log=True, label="output median (tokens; a TPOT needs two)"),
     output_sigma=FloatRange(0.0, 2.5, 0.1, label="output spread (log-normal sigma)"),
     max_tokens=IntRange(16, 131072, log=True, label="max_tokens declared"),
 )

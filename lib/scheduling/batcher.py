@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 from lib.inputs import integer, real
 
-__all__ = ["BatchRun", "SizeTimeoutBatcher", "deterministic_mean_latency_s", "run_fixed_cost",
-           "throughput_ceiling"]
+__all__ = ["BatchRun", "SizeTimeoutBatcher", "deterministic_batch_items", "deterministic_mean_latency_s",
+           "run_fixed_cost", "throughput_ceiling"]
 
 
 class SizeTimeoutBatcher:
@@ -177,6 +177,15 @@ def throughput_ceiling(max_batch: int, batch_s: float) -> float:
     return integer("max_batch", max_batch, 1) / real("batch_s", batch_s, 0.0, low_open=True)
 
 
+def deterministic_batch_items(rate: float, max_batch: int, timeout_s: float) -> int:
+    """Items per batch of the size-timeout batcher for arrivals exactly ``1 / rate`` apart (server free):
+    ``k = min(B, floor(timeout * rate) + 1)`` (the oldest item and those arriving within its timeout)."""
+    rate = real("rate", rate, 0.0, low_open=True)
+    max_batch = integer("max_batch", max_batch, 1)
+    timeout_s = real("timeout_s", timeout_s, 0.0)
+    return min(max_batch, math.floor(timeout_s * rate + 1e-9) + 1)
+
+
 def deterministic_mean_latency_s(rate: float, max_batch: int, timeout_s: float, batch_s: float) -> float:
     """Mean latency (s) of the size-timeout batcher for arrivals exactly ``1 / rate`` apart, when the
     server is always free when a batch is due.
@@ -187,11 +196,8 @@ def deterministic_mean_latency_s(rate: float, max_batch: int, timeout_s: float, 
     mean wait + ``batch_s``. Valid while a batch leaves every ``k / rate >= batch_s`` seconds; raises
     ValueError otherwise (the server, not the triggers, sets the batches then).
     """
-    rate = real("rate", rate, 0.0, low_open=True)
-    max_batch = integer("max_batch", max_batch, 1)
-    timeout_s = real("timeout_s", timeout_s, 0.0)
     batch_s = real("batch_s", batch_s, 0.0, low_open=True)
-    k = min(max_batch, math.floor(timeout_s * rate + 1e-9) + 1)
+    k = deterministic_batch_items(rate, max_batch, timeout_s)
     if k / rate < batch_s:
         raise ValueError(f"a batch of {k} leaves every {k / rate:.4g} s, less than batch_s = {batch_s:.4g} s: "
                          "the server is the bottleneck and this closed form does not apply")

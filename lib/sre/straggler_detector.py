@@ -62,17 +62,27 @@ def false_positives_per_day(z: float, n_ranks: int, step_s: float, window: int) 
     return comparisons_per_day(n_ranks, step_s, window) * 0.5 * math.erfc(zz / math.sqrt(2.0))
 
 
-def robust_z_exceedance(n_ranks: int, z: float, trials: int = 2000, seed: int = 0) -> float:
+def robust_z_exceedance(n_ranks: int, z: float, trials: int = 2000, seed: int = 0, delay_ratio: float = 0.0,
+                        steps: int = 1) -> float:
     """Monte Carlo: the fraction of healthy ranks whose robust z (:func:`lib.training.stragglers.robust_z`
-    on ``n_ranks`` independent normal times) exceeds ``z``, over ``trials`` draws. For many ranks it
-    tends to 1 - Phi(z); for few, the MAD's own noise makes it larger."""
+    on ``n_ranks`` independent times) exceeds ``z``, over ``trials`` draws. Each time is the mean over
+    ``steps`` of a standard normal plus ``delay_ratio`` times the absolute value of another (the network
+    delay of :func:`simulate_reports`: ``delay_jitter_s`` over the compute jitter's sd); with
+    ``delay_ratio = 0`` one normal draw.
+    For many ranks and no delay it tends to 1 - Phi(z); for few, the MAD's own noise makes it larger,
+    and a delay comparable with the jitter adds its one-sided tail."""
     import numpy as np
 
     n = integer("n_ranks", n_ranks, 3, 100_000)
     zz = real("z", z, 0)
     k = integer("trials", trials, 1, 10_000_000)
+    ratio = real("delay_ratio", delay_ratio, 0)
+    m = integer("steps", steps, 1, 10_000)
     rng = np.random.default_rng(integer("seed", seed, 0))
-    x = rng.standard_normal((k, n))
+    if ratio == 0:
+        x = rng.standard_normal((k, n))  # a mean of normals is normal: the robust z is scale-free
+    else:
+        x = (rng.standard_normal((k, m, n)) + ratio * np.abs(rng.standard_normal((k, m, n)))).mean(axis=1)
     med = np.median(x, axis=1, keepdims=True)
     mad = 1.4826 * np.median(np.abs(x - med), axis=1, keepdims=True)
     return float(np.mean((x - med) / mad > zz))

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from lib.scheduling import batcher_practice as bp
 from lib.scheduling.batcher import (
     SizeTimeoutBatcher,
+    deterministic_batch_items,
     deterministic_mean_latency_s,
     run_fixed_cost,
     throughput_ceiling,
@@ -28,6 +29,23 @@ def test_deterministic_closed_form_matches_simulation(rate, b, tau):
     want = deterministic_mean_latency_s(rate, b, tau, 0.1)
     lat = run.latencies_s[: len(run.latencies_s) // b * b]  # whole batches (the tail may time out)
     assert sum(lat) / len(lat) == pytest.approx(want, rel=0.02)
+
+
+def test_deterministic_batch_items_counts_arrivals_within_the_timeout():
+    assert deterministic_batch_items(198.0, 32, 0.02) == 4  # arrivals at 0, 5.05, 10.1, 15.2 ms inside 20 ms
+    assert deterministic_batch_items(200.0, 32, 0.02) == 5  # the fifth lands exactly on the deadline
+    assert deterministic_batch_items(459.0, 32, 0.387) == 32  # the size trigger caps it
+    with pytest.raises(ValueError, match="rate"):
+        deterministic_batch_items(0.0, 32, 0.02)
+
+
+def test_closed_form_matches_a_whole_number_of_batches_with_a_long_timeout():
+    rate, tau, batch_s = 459.2, 0.387, 0.05  # size trigger; a partial last batch would wait the whole timeout
+    k = deterministic_batch_items(rate, 32, tau)
+    n = 2000 - 2000 % k
+    run = run_fixed_cost(SizeTimeoutBatcher(32, tau), [i / rate for i in range(n)], batch_s)
+    want = deterministic_mean_latency_s(rate, 32, tau, batch_s)
+    assert sum(run.latencies_s) / n == pytest.approx(want, rel=1e-9)
 
 
 def test_closed_form_refuses_server_bound_regime():

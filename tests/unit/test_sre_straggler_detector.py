@@ -48,6 +48,22 @@ def test_monte_carlo_false_positive_rate_many_ranks():
     assert 1.0e-3 < rate < 1.2e-3
 
 
+def test_a_delay_as_large_as_the_jitter_fattens_the_tail_like_the_pipeline():
+    """Network delay |N(0, d)| with d equal to the compute jitter's sd: a single step's time is skewed, and
+    the detector on simulated reports exceeds the normal threshold about twice as often as budgeted; the
+    statistic-only Monte Carlo with the same delay ratio predicts the same."""
+    z = NormalDist().inv_cdf(1 - 1e-3)
+    pred = sd.robust_z_exceedance(1024, z, trials=1000, seed=3, delay_ratio=1.0, steps=1)
+    hits = sum(len(sd.Detector().detect(sd.simulate_reports(1024, 1, 0.1, 5e-4, delay_jitter_s=5e-5, seed=k), z))
+               for k in range(300))
+    assert 1.8e-3 < pred < 2.6e-3
+    assert hits / (300 * 1024) == pytest.approx(pred, rel=0.15)
+    assert sd.robust_z_exceedance(1024, z, trials=50, seed=1, delay_ratio=0.0, steps=10) == \
+        sd.robust_z_exceedance(1024, z, trials=50, seed=1)  # no delay: a window mean is normal, one draw
+    with pytest.raises(ValueError, match="delay_ratio"):
+        sd.robust_z_exceedance(1024, z, delay_ratio=-1.0)
+
+
 def test_few_ranks_have_heavier_tails():
     z = NormalDist().inv_cdf(1 - 1e-3)
     assert sd.robust_z_exceedance(8, z, trials=20000, seed=2) > 3e-3
