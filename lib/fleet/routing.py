@@ -36,7 +36,6 @@ SI units: seconds, tokens, requests per second.
 from __future__ import annotations
 
 import functools
-import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -256,6 +255,21 @@ class RouteResult:
         return float(self._m(self.spilled).mean())
 
 
+@functools.lru_cache(maxsize=8)
+def _homes(ids: tuple, replicas: int, vnodes: int, seed: int) -> np.ndarray:
+    """The affinity home of each key in ``ids``: its owner on a :class:`lib.fleet.hash_ring.HashRing` of
+    replicas "0".."replicas-1" (``vnodes`` points each, ``seed``), as replica indices (read-only; cached,
+    since every policy and threshold routed over one trace asks for the same homes)."""
+    from lib.fleet.hash_ring import HashRing, hash_many
+
+    ring = HashRing(vnodes, seed)
+    for i in range(replicas):
+        ring.add(str(i))
+    home = np.array([int(x) for x in ring.owners_of_hashes(hash_many(ids, seed))], dtype=np.int64)
+    home.flags.writeable = False
+    return home
+
+
 def route_trace(trace: list[Turn], n_replicas: int, policy: str, *, table: PrefillTable, decode_s: float,
                 cache_tokens: int, affinity_key: str = "conversation", vnodes: int = 150, cache_weight: float = 1.0,
                 spill_threshold: float | None = None, seed: int = 0, warmup_s: float = 0.0) -> RouteResult:
@@ -286,26 +300,17 @@ def route_trace(trace: list[Turn], n_replicas: int, policy: str, *, table: Prefi
     spilled = np.zeros(m, dtype=bool)
     home = None
     if policy in ("affinity", "spill"):
-        from lib.fleet.hash_ring import HashRing, hash_many
-
-        ring = HashRing(vnodes, seed)
-        for i in range(n):
-            ring.add(str(i))
-        ids = [r.conv if affinity_key == "conversation" else f"tenant{r.tenant}" for r in trace]
-        home = np.array([int(x) for x in ring.owners_of_hashes(hash_many(ids, seed))])
+        ids = tuple(r.conv if affinity_key == "conversation" else f"tenant{r.tenant}" for r in trace)
+        home = _homes(ids, n, vnodes, seed)
     free_at = [0.0] * n
     busy_l = [0.0] * n
 
     def argmin_from(values, start):  # smallest value; ties go to the first at or after ``start`` (rotating)
-        best, bj = math.inf, start
-        for off in range(n):
-            i = (start + off) % n
-            if values[i] < best:
-                best, bj = values[i], i
-        return bj
+        rotated = values[start:] + values[:start]
+        return (start + rotated.index(min(rotated))) % n
 
     for idx, r in enumerate(trace):
-        backlog = [f - r.t if f > r.t else 0.0 for f in free_at]
+        backlog = [f - r.t if f > r.t else 0.0 for f in free_at] if policy != "affinity" else None
         start_at = idx % n
         if policy == "random":
             j = int(rng.integers(n))
