@@ -324,10 +324,11 @@ def route_trace(trace: list[Turn], n_replicas: int, policy: str, *, table: Prefi
         else:  # spill
             h = int(home[idx])
             least = argmin_from(backlog, start_at)
-            limit = spill_threshold_s(table, r.prompt_len, caches[h].hit(r)) if thr is None else thr
+            hit_home = caches[h].hit(r)
+            limit = spill_threshold_s(table, r.prompt_len, hit_home) if thr is None else thr
             j = least if backlog[h] - backlog[least] > limit else h
             spilled[idx] = j != h
-        hit = caches[j].hit(r)
+        hit = hit_home if policy == "spill" and j == h else caches[j].hit(r)  # hit() only reads the cache
         pre_s = table.with_hit_s(r.prompt_len, hit)
         begin = free_at[j] if free_at[j] > r.t else r.t
         wait[idx] = begin - r.t
