@@ -133,35 +133,30 @@ def _split_running_sum(flat: np.ndarray, state: str) -> np.ndarray | None:
     z = np.empty(lanes, np.float32)
     k = _SPLIT
     mul, sub, add = np.multiply, np.subtract, np.add
+
+    def to_bf16(v):  # v = bf16(v) in place: z = v (2^16 + 1); v = z - (z - v)
+        mul(v, k, z)
+        sub(z, v, v)
+        sub(z, v, v)
+
     with np.errstate(over="ignore", invalid="ignore"):
         if state == "bf16":  # t = bf16(s + x)
-            w = np.empty(lanes, np.float32)
             for x, t in zip(flat, out, strict=True):
                 add(prev, x, t)
-                mul(t, k, z)
-                sub(z, t, w)
-                sub(z, w, t)
+                to_bf16(t)
                 prev = t
         else:  # y = bf16(x - c); t = bf16(s + y); c = bf16(bf16(t - s) - y)
             c = np.zeros(lanes, np.float32)
             y = np.empty(lanes, np.float32)
             for x, t in zip(flat, out, strict=True):
                 sub(x, c, y)
-                mul(y, k, z)
-                sub(z, y, y)
-                sub(z, y, y)
+                to_bf16(y)
                 add(prev, y, t)
-                mul(t, k, z)
-                sub(z, t, c)
-                sub(z, c, t)
+                to_bf16(t)
                 sub(t, prev, c)
-                mul(c, k, z)
-                sub(z, c, c)
-                sub(z, c, c)
+                to_bf16(c)
                 sub(c, y, c)
-                mul(c, k, z)
-                sub(z, c, c)
-                sub(z, c, c)
+                to_bf16(c)
                 prev = t
     return None if np.isnan(out).any() else out
 
