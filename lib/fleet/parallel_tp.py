@@ -163,8 +163,8 @@ def loosest_tpot_where_cheapest(dep, prompt_len: int, output_len: int, tp: int, 
     if last == n - 1:
         return hi
     a, b = grid[last], grid[last + 1]
-    fine = [a * (b / a) ** (i / math.ceil(math.log(b / a) / math.log1p(rel_tol)))
-            for i in range(math.ceil(math.log(b / a) / math.log1p(rel_tol)) + 1)]
+    k = math.ceil(math.log(b / a) / math.log1p(rel_tol))  # steps of ratio <= 1 + rel_tol across the gap
+    fine = [a * (b / a) ** (i / k) for i in range(k + 1)]
     won = [i for i, t in enumerate(fine[1:-1], 1) if _wins(dep, prompt_len, output_len, t, tp, degrees)]
     if won:
         a, b = fine[won[-1]], fine[won[-1] + 1]
