@@ -424,15 +424,13 @@ def pool_sizes(rate: float, colo: Colocated, dis: Disaggregated, utilization: fl
 def _longest(ok, top: int) -> int:
     """The largest prompt length p in [1, top] with ok(p), for an ok true then false as p grows (integer
     bisection); 0 when not even p = 1 is."""
+    from lib.search import largest_true
+
     if ok(top):
         return top
     if not ok(1):
         return 0
-    lo, hi = 1, top
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
+    return largest_true(ok, 2, top - 1)  # ok(1), not ok(top): 1 when nothing between is ok
 
 
 def longest_colocated_prompt(dep, output_len: int, tpot_s: float, ttft_s: float) -> int:
