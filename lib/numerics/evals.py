@@ -47,6 +47,7 @@ from statistics import NormalDist
 import numpy as np
 
 from lib.inputs import fraction, integer, real
+from lib.search import smallest_true
 from lib.sre import canary
 
 __all__ = ["PairedCells", "TokenDivergence", "allocate_items", "cell_probabilities", "discordance_excess_items",
@@ -279,13 +280,8 @@ def items_needed_paired_exact(discordance: float, difference: float, alpha: floa
     guess = int(0.8 * hi)  # a tighter lower bracket when the approximation overshoots by less than a fifth
     if lo < guess < hi and mcnemar_exact_power(guess, psi, d, a) < pw:
         lo = guess
-    while hi - lo > 1:  # power(lo) < pw <= power(hi), lo = 0 meaning none
-        mid = (lo + hi) // 2
-        if mcnemar_exact_power(mid, psi, d, a) >= pw:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    # power(lo) < pw <= power(hi), lo = 0 meaning none: the first n between with enough power, else hi
+    return smallest_true(lambda n: mcnemar_exact_power(n, psi, d, a) >= pw, lo + 1, hi - 1)
 
 
 def min_detectable_difference_paired(items: int, discordance: float, alpha: float = 0.05,
